@@ -1,0 +1,8 @@
+"""trl-entropy: policy entropy as a schedulable training hyperparameter for GRPO in Hugging Face TRL."""
+
+__version__ = "0.1.0"
+
+from .scheduling import EntropyScheduleCallback, make_schedule
+from .trainers import GRPOEntropyConfig, GRPOEntropyTrainer
+
+__all__ = ["GRPOEntropyConfig", "GRPOEntropyTrainer", "EntropyScheduleCallback", "make_schedule", "__version__"]

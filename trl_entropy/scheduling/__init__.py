@@ -1,0 +1,23 @@
+from .callbacks import EntropyScheduleCallback
+from .controllers import AdaptiveClipController
+from .schedules import (
+    CallableSchedule,
+    ConstantSchedule,
+    CosineSchedule,
+    EntropySchedule,
+    LinearSchedule,
+    WSDSchedule,
+    make_schedule,
+)
+
+__all__ = [
+    "AdaptiveClipController",
+    "CallableSchedule",
+    "ConstantSchedule",
+    "CosineSchedule",
+    "EntropySchedule",
+    "EntropyScheduleCallback",
+    "LinearSchedule",
+    "WSDSchedule",
+    "make_schedule",
+]

@@ -1,0 +1,83 @@
+"""Feedback controllers with explicit, serialisable state.
+
+A controller sees one (measured, target) pair per optimizer step — both already global statistics, identical on
+every process — and returns the knob value for the next step. It never touches a trainer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+__all__ = ["AdaptiveClipController"]
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+class AdaptiveClipController:
+    """Adaptive clip-higher (Wang et al., "Entropy Scheduling", Algorithm 1).
+
+    For step t (counted from 1 by calls to :meth:`update`): during warm-up (t <= ``warmup_steps``) the knob stays at
+    ``initial``. After it, with W the last ``window`` steps,
+    ``c <- clamp(c + delta * sign(mean_W(target) - mean_W(measured)), c_min, c_max)``:
+    entropy below its target raises ``epsilon_high`` (more room for low-probability tokens to grow), above it lowers.
+
+    Non-finite measurements are not fed in: :meth:`update` skips them and returns the current value.
+    """
+
+    def __init__(self, initial: float, delta: float, window: int, c_min: float, c_max: float, warmup_steps: int = 0):
+        if window < 1:
+            raise ValueError(f"adaptive_clip_window must be >= 1, got {window}.")
+        if delta <= 0:
+            raise ValueError(f"adaptive_clip_delta must be > 0, got {delta}.")
+        if c_min > c_max:
+            raise ValueError(f"adaptive_clip_min ({c_min}) must be <= adaptive_clip_max ({c_max}).")
+        self.initial = float(initial)
+        self.delta = float(delta)
+        self.window = int(window)
+        self.c_min = float(c_min)
+        self.c_max = float(c_max)
+        self.warmup_steps = int(warmup_steps)
+        self.value = float(initial)
+        self.steps = 0
+        self.history: deque[tuple[float, float]] = deque(maxlen=self.window)
+        self.skipped = 0
+
+    def update(self, measured: float, target: float) -> float:
+        if not (math.isfinite(measured) and math.isfinite(target)):
+            self.skipped += 1
+            return self.value
+        self.steps += 1
+        self.history.append((float(target), float(measured)))
+        if self.steps <= self.warmup_steps:
+            self.value = self.initial
+            return self.value
+        mean_target = sum(t for t, _ in self.history) / len(self.history)
+        mean_measured = sum(m for _, m in self.history) / len(self.history)
+        step = self.delta * _sign(mean_target - mean_measured)
+        self.value = min(self.c_max, max(self.c_min, self.value + step))
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {
+            "value": self.value,
+            "steps": self.steps,
+            "skipped": self.skipped,
+            "history": [list(p) for p in self.history],
+            "config": {
+                "initial": self.initial,
+                "delta": self.delta,
+                "window": self.window,
+                "c_min": self.c_min,
+                "c_max": self.c_max,
+                "warmup_steps": self.warmup_steps,
+            },
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = float(state["value"])
+        self.steps = int(state["steps"])
+        self.skipped = int(state.get("skipped", 0))
+        self.history = deque((tuple(p) for p in state["history"]), maxlen=self.window)

@@ -1,0 +1,157 @@
+"""Target-entropy schedules: small objects mapping ``(step, total_steps)`` to a target entropy in nats.
+
+``step`` is the number of optimizer steps already taken (``TrainerState.global_step`` at the start of a step), so
+the first step sees ``step=0``. Every shape holds ``start`` for the first ``warmup_steps`` steps, then:
+
+* ``constant``: ``start`` throughout.
+* ``linear``:   ``start + (end - start) * p``, with ``p = (step - warmup) / (total - warmup)`` clipped to [0, 1].
+* ``cosine``:   ``end + (start - end) * (1 + cos(pi * p)) / 2``.
+* ``wsd``:      warmup-stable-anneal (Wang et al., "stable then anneal"): hold ``start`` until the last
+  ``anneal_ratio`` of training, then decay linearly to ``end``:
+  ``p = (step - anneal_start) / (total - anneal_start)``, ``anneal_start = total - round(anneal_ratio * total)``.
+
+At ``step == total_steps`` every decaying shape reaches ``end`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = [
+    "EntropySchedule",
+    "ConstantSchedule",
+    "LinearSchedule",
+    "CosineSchedule",
+    "WSDSchedule",
+    "CallableSchedule",
+    "make_schedule",
+    "SCHEDULES",
+]
+
+
+def _progress(step: int, begin: int, total: int) -> float:
+    """Fraction of the way from ``begin`` to ``total``, clipped to [0, 1]."""
+    span = total - begin
+    if span <= 0:
+        return 1.0 if step >= begin else 0.0
+    return min(1.0, max(0.0, (step - begin) / span))
+
+
+@dataclass(frozen=True)
+class EntropySchedule:
+    """Base class: ``schedule(step, total_steps) -> target entropy (nats)``."""
+
+    start: float
+    end: float | None = None
+    warmup_steps: int = 0
+
+    def __post_init__(self):
+        if not math.isfinite(self.start) or self.start < 0:
+            raise ValueError(f"entropy_schedule_start must be a finite number >= 0, got {self.start}.")
+        if self.end is not None and (not math.isfinite(self.end) or self.end < 0):
+            raise ValueError(f"entropy_schedule_end must be a finite number >= 0 or None, got {self.end}.")
+        if self.warmup_steps < 0:
+            raise ValueError(f"entropy_schedule_warmup_steps must be >= 0, got {self.warmup_steps}.")
+
+    @property
+    def final(self) -> float:
+        return self.start if self.end is None else self.end
+
+    def shape(self, step: int, total_steps: int) -> float:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def phase(self, step: int, total_steps: int) -> str:
+        """``"warmup"``, ``"stable"`` or ``"anneal"`` (the annealing phase is where the target decreases)."""
+        if step < self.warmup_steps:
+            return "warmup"
+        return "anneal" if self.final != self.start else "stable"
+
+    def __call__(self, step: int, total_steps: int) -> float:
+        if total_steps is None or total_steps <= 0:
+            raise ValueError(f"total_steps must be a positive integer, got {total_steps}.")
+        if step < self.warmup_steps:
+            return float(self.start)
+        return float(self.shape(step, total_steps))
+
+
+class ConstantSchedule(EntropySchedule):
+    def shape(self, step, total_steps):
+        return self.start
+
+    def phase(self, step, total_steps):
+        return "warmup" if step < self.warmup_steps else "stable"
+
+
+class LinearSchedule(EntropySchedule):
+    def shape(self, step, total_steps):
+        p = _progress(step, self.warmup_steps, total_steps)
+        return self.start + (self.final - self.start) * p
+
+
+class CosineSchedule(EntropySchedule):
+    def shape(self, step, total_steps):
+        p = _progress(step, self.warmup_steps, total_steps)
+        return self.final + (self.start - self.final) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+@dataclass(frozen=True)
+class WSDSchedule(EntropySchedule):
+    anneal_ratio: float = 0.1
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (0.0 < self.anneal_ratio <= 1.0):
+            raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {self.anneal_ratio}.")
+
+    def anneal_start(self, total_steps: int) -> int:
+        return max(self.warmup_steps, total_steps - int(round(self.anneal_ratio * total_steps)))
+
+    def shape(self, step, total_steps):
+        p = _progress(step, self.anneal_start(total_steps), total_steps)
+        return self.start + (self.final - self.start) * p
+
+    def phase(self, step, total_steps):
+        if step < self.warmup_steps:
+            return "warmup"
+        return "anneal" if step >= self.anneal_start(total_steps) else "stable"
+
+
+class CallableSchedule:
+    """Wraps a user function ``fn(step, total_steps) -> float`` as a schedule (its values are checked)."""
+
+    def __init__(self, fn: Callable[[int, int], float], phase_fn: Callable[[int, int], str] | None = None):
+        if not callable(fn):
+            raise ValueError(f"entropy_schedule must be a schedule name or a callable, got {type(fn).__name__}.")
+        self.fn = fn
+        self.phase_fn = phase_fn
+        self.warmup_steps = 0
+
+    def __call__(self, step: int, total_steps: int) -> float:
+        value = float(self.fn(step, total_steps))
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"The entropy schedule returned {value} at step {step}; targets must be finite and >= 0.")
+        return value
+
+    def phase(self, step: int, total_steps: int) -> str:
+        return self.phase_fn(step, total_steps) if self.phase_fn is not None else "stable"
+
+
+SCHEDULES = {"constant": ConstantSchedule, "linear": LinearSchedule, "cosine": CosineSchedule, "wsd": WSDSchedule}
+
+
+def make_schedule(name, start=None, end=None, warmup_steps=0, anneal_ratio=0.1):
+    """Build a schedule from its config name, or wrap a callable / pass an existing schedule through."""
+    if isinstance(name, EntropySchedule) or isinstance(name, CallableSchedule):
+        return name
+    if callable(name):
+        return CallableSchedule(name)
+    if name not in SCHEDULES:
+        raise ValueError(f"entropy_schedule must be one of {sorted(SCHEDULES)} or a callable, got {name!r}.")
+    if start is None:
+        raise ValueError("entropy_schedule_start must be set (a target entropy in nats, >= 0) to use a schedule.")
+    kwargs = dict(start=float(start), end=None if end is None else float(end), warmup_steps=int(warmup_steps))
+    if name == "wsd":
+        kwargs["anneal_ratio"] = float(anneal_ratio)
+    return SCHEDULES[name](**kwargs)

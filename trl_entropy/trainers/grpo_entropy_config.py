@@ -1,0 +1,250 @@
+"""`GRPOEntropyConfig`: TRL's `GRPOConfig` plus the fields that make entropy a scheduled hyperparameter."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+__all__ = ["GRPOEntropyConfig", "ENTROPY_CONTROLS", "IMPLEMENTED_CONTROLS", "TARGET_FOLLOWING_CONTROLS"]
+
+# Every control name the package defines. Controls not yet implemented are rejected with a clear message.
+ENTROPY_CONTROLS = (
+    "none",
+    "adaptive_clip",
+    "clip_cov",
+    "kl_cov",
+    "entrocraft",
+    "positive_reweight",
+    "w_reinforce",
+    "entropic",
+)
+IMPLEMENTED_CONTROLS = ("none", "adaptive_clip")
+# Controls that follow a target entropy and therefore need a schedule.
+TARGET_FOLLOWING_CONTROLS = ("adaptive_clip", "entrocraft", "positive_reweight", "entropic")
+SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
+# Loss types whose surrogate is the clipped ratio min(r A, clip(r, 1-eps_low, 1+eps_high) A), where epsilon_high is
+# the clip-higher bound. CISPO reads epsilon_high as a cap on the ratio itself; SAPO and VESPO ignore it.
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass
+class GRPOEntropyConfig(GRPOConfig):
+    r"""
+    Configuration for [`GRPOEntropyTrainer`]: every field of TRL's `GRPOConfig`, plus the entropy controls below.
+    With `entropy_control="none"` (the default) training is exactly TRL's GRPO.
+
+    > Entropy control
+
+    Parameters:
+        entropy_control (`str`, *optional*, defaults to `"none"`):
+            Which entropy control to run. `"none"`: plain GRPO. `"adaptive_clip"`: adaptive clip-higher of Wang et al.
+            (Entropy Scheduling), which moves `epsilon_high` so that the measured entropy tracks the scheduled target.
+            Reserved for later releases: `"clip_cov"`, `"kl_cov"`, `"entrocraft"`, `"positive_reweight"`,
+            `"w_reinforce"`, `"entropic"`.
+        entropy_schedule (`str`, *optional*):
+            Shape of the target entropy curve: `"constant"`, `"linear"`, `"cosine"` or `"wsd"`
+            (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
+            unset when `entropy_control="none"`. A callable `fn(step, total_steps) -> float` is accepted in Python.
+        entropy_schedule_start (`float`, *optional*):
+            Target entropy (nats, mean per completion token) at the start of training. Required by target-following
+            controls.
+        entropy_schedule_end (`float`, *optional*):
+            Target entropy at the end of training. `None` means equal to `entropy_schedule_start`.
+        entropy_schedule_warmup_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps during which the target is held at `entropy_schedule_start` before the shape begins.
+        entropy_schedule_anneal_ratio (`float`, *optional*, defaults to `0.1`):
+            For `"wsd"`: fraction of training, in (0, 1], spent annealing from start to end at the end of training.
+
+    > Adaptive clip-higher (`entropy_control="adaptive_clip"`)
+
+    Parameters:
+        adaptive_clip_delta (`float`, *optional*, defaults to `0.02`):
+            Step δ by which `epsilon_high` moves each optimizer step (after the warm-up), up when the window-mean
+            measured entropy is below the window-mean target, down when above.
+        adaptive_clip_window (`int`, *optional*, defaults to `4`):
+            Number of optimizer steps in the sliding window whose means are compared.
+        adaptive_clip_min (`float`, *optional*, defaults to `0.0`):
+            Lower bound of `epsilon_high`.
+        adaptive_clip_max (`float`, *optional*, defaults to `1.0`):
+            Upper bound of `epsilon_high`.
+        adaptive_clip_warmup_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps during which `epsilon_high` is held at its initial value (TRL's `epsilon_high`, or
+            `epsilon` when that is unset) while the window fills.
+        allow_trl_adaptive_entropy (`bool`, *optional*, defaults to `False`):
+            Opt-in to run an entropy control together with TRL's own adaptive entropy coefficient
+            (`use_adaptive_entropy=True`). Two controllers acting on one quantity usually fight; this must be explicit.
+
+    Note: a clip bound only changes the gradient when the importance ratio differs from 1, that is on off-policy
+    updates, i.e. when `gradient_accumulation_steps` is not a multiple of `steps_per_generation * num_iterations`
+    (e.g. `steps_per_generation=4` with `gradient_accumulation_steps=1`, or `num_iterations=2`). With TRL's defaults
+    (one optimizer step per generation batch) `epsilon_high` has no effect and the trainer warns.
+    """
+
+    entropy_control: str = field(
+        default="none",
+        metadata={
+            "help": "Entropy control: 'none' (plain GRPO) or 'adaptive_clip' (adaptive clip-higher, Wang et al.).",
+            "choices": list(ENTROPY_CONTROLS),
+        },
+    )
+    entropy_schedule: Any = field(
+        default=None,
+        metadata={
+            "help": "Target entropy curve: 'constant', 'linear', 'cosine' or 'wsd' (warmup-stable-anneal). Defaults "
+            "to 'constant' for target-following controls; must be unset with entropy_control='none'."
+        },
+    )
+    entropy_schedule_start: float | None = field(
+        default=None,
+        metadata={"help": "Target entropy (nats per completion token) at the start of training; >= 0."},
+    )
+    entropy_schedule_end: float | None = field(
+        default=None,
+        metadata={"help": "Target entropy at the end of training; >= 0. None means the same as the start."},
+    )
+    entropy_schedule_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps during which the target is held at its start value; >= 0."},
+    )
+    entropy_schedule_anneal_ratio: float = field(
+        default=0.1,
+        metadata={"help": "For 'wsd': fraction of training, in (0, 1], spent annealing at the end."},
+    )
+    adaptive_clip_delta: float = field(
+        default=0.02,
+        metadata={"help": "Adaptive clip: step by which epsilon_high moves each optimizer step; > 0."},
+    )
+    adaptive_clip_window: int = field(
+        default=4,
+        metadata={"help": "Adaptive clip: sliding window (optimizer steps) of the entropy and target means; >= 1."},
+    )
+    adaptive_clip_min: float = field(
+        default=0.0,
+        metadata={"help": "Adaptive clip: lower bound of epsilon_high; >= 0 and <= adaptive_clip_max."},
+    )
+    adaptive_clip_max: float = field(
+        default=1.0,
+        metadata={"help": "Adaptive clip: upper bound of epsilon_high; >= adaptive_clip_min."},
+    )
+    adaptive_clip_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Adaptive clip: optimizer steps with epsilon_high held at its initial value; >= 0."},
+    )
+    allow_trl_adaptive_entropy: bool = field(
+        default=False,
+        metadata={"help": "Opt in to combining an entropy control with TRL's use_adaptive_entropy."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._validate_entropy_fields()
+
+    # ------------------------------------------------------------------ validation
+    def _validate_entropy_fields(self) -> None:
+        if self.entropy_control not in ENTROPY_CONTROLS:
+            raise ValueError(
+                f"entropy_control must be one of {list(ENTROPY_CONTROLS)}, got {self.entropy_control!r}."
+            )
+        if self.entropy_control not in IMPLEMENTED_CONTROLS:
+            raise ValueError(
+                f"entropy_control={self.entropy_control!r} is not implemented in this release; available: "
+                f"{list(IMPLEMENTED_CONTROLS)}."
+            )
+        follows_target = self.entropy_control in TARGET_FOLLOWING_CONTROLS
+        schedule_fields_set = self.entropy_schedule is not None or self.entropy_schedule_start is not None
+        if self.entropy_control == "none" and schedule_fields_set:
+            raise ValueError(
+                "entropy_schedule / entropy_schedule_start are set but entropy_control='none': nothing would follow "
+                "the schedule. Choose an entropy_control (e.g. 'adaptive_clip'), or attach "
+                "trl_entropy.EntropyScheduleCallback to drive TRL's own use_adaptive_entropy target."
+            )
+        if self.entropy_schedule is not None and not callable(self.entropy_schedule):
+            if self.entropy_schedule not in SCHEDULE_NAMES:
+                raise ValueError(
+                    f"entropy_schedule must be one of {list(SCHEDULE_NAMES)} or a callable, got "
+                    f"{self.entropy_schedule!r}."
+                )
+        if follows_target:
+            if self.entropy_schedule is None:
+                self.entropy_schedule = "constant"
+            if self.entropy_schedule_start is None and not callable(self.entropy_schedule):
+                raise ValueError(
+                    f"entropy_schedule_start must be set (a target entropy in nats, >= 0) for "
+                    f"entropy_control={self.entropy_control!r}."
+                )
+        for name in ("entropy_schedule_start", "entropy_schedule_end"):
+            value = getattr(self, name)
+            if value is not None and (not _is_number(value) or value < 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+        if not isinstance(self.entropy_schedule_warmup_steps, int) or self.entropy_schedule_warmup_steps < 0:
+            raise ValueError(
+                f"entropy_schedule_warmup_steps must be an integer >= 0, got {self.entropy_schedule_warmup_steps!r}."
+            )
+        ratio = self.entropy_schedule_anneal_ratio
+        if not _is_number(ratio) or not (0.0 < ratio <= 1.0):
+            raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {ratio!r}.")
+
+        # adaptive clip
+        if not _is_number(self.adaptive_clip_delta) or self.adaptive_clip_delta <= 0:
+            raise ValueError(f"adaptive_clip_delta must be a finite number > 0, got {self.adaptive_clip_delta!r}.")
+        if not isinstance(self.adaptive_clip_window, int) or self.adaptive_clip_window < 1:
+            raise ValueError(f"adaptive_clip_window must be an integer >= 1, got {self.adaptive_clip_window!r}.")
+        if not _is_number(self.adaptive_clip_min) or self.adaptive_clip_min < 0:
+            raise ValueError(f"adaptive_clip_min must be a finite number >= 0, got {self.adaptive_clip_min!r}.")
+        if not _is_number(self.adaptive_clip_max) or self.adaptive_clip_max < self.adaptive_clip_min:
+            raise ValueError(
+                f"adaptive_clip_max must be a finite number >= adaptive_clip_min ({self.adaptive_clip_min}), got "
+                f"{self.adaptive_clip_max!r}."
+            )
+        if not isinstance(self.adaptive_clip_warmup_steps, int) or self.adaptive_clip_warmup_steps < 0:
+            raise ValueError(
+                f"adaptive_clip_warmup_steps must be an integer >= 0, got {self.adaptive_clip_warmup_steps!r}."
+            )
+
+        if self.entropy_control == "adaptive_clip":
+            if self.loss_type not in CLIPPED_LOSS_TYPES:
+                raise ValueError(
+                    f"entropy_control='adaptive_clip' moves the clip-higher bound, which loss_type={self.loss_type!r} "
+                    f"does not use in the same way; loss_type must be one of {list(CLIPPED_LOSS_TYPES)}."
+                )
+            initial = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+            if not (self.adaptive_clip_min <= initial <= self.adaptive_clip_max):
+                raise ValueError(
+                    f"epsilon_high (the initial value of adaptive clip, {initial}) must lie in "
+                    f"[adaptive_clip_min, adaptive_clip_max] = [{self.adaptive_clip_min}, {self.adaptive_clip_max}]."
+                )
+            if not self.is_off_policy:
+                warnings.warn(
+                    "entropy_control='adaptive_clip' moves epsilon_high, but gradient_accumulation_steps is a multiple "
+                    "of steps_per_generation * num_iterations, so every update is on-policy (importance "
+                    "ratio exactly 1) and the clip bound changes nothing: the controller will not act. Train as the "
+                    "paper does, with several optimizer steps per generation batch (steps_per_generation > "
+                    "gradient_accumulation_steps, or num_iterations > 1).",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+        if self.entropy_control != "none" and self.use_adaptive_entropy and not self.allow_trl_adaptive_entropy:
+            raise ValueError(
+                f"use_adaptive_entropy=True (TRL's adaptive entropy coefficient) together with "
+                f"entropy_control={self.entropy_control!r} runs two controllers on the same entropy. Set "
+                "allow_trl_adaptive_entropy=True to do it anyway, or use one of them."
+            )
+
+    @property
+    def is_off_policy(self) -> bool:
+        """Whether some optimizer steps use rollouts generated before the previous update (ratio can differ from 1).
+
+        vLLM sampling also makes the ratio differ from 1 (sampler/trainer mismatch), but only marginally.
+        """
+        # The same condition TRL uses to decide whether it needs old log-probs (grpo_trainer, trl 1.16).
+        generate_every = self.steps_per_generation * self.num_iterations
+        return self.gradient_accumulation_steps % generate_every != 0
