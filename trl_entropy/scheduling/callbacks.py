@@ -12,14 +12,17 @@ __all__ = ["EntropyScheduleCallback"]
 class EntropyScheduleCallback(TrainerCallback):
     """Sets the scheduled target entropy at the start of every optimizer step.
 
-    With a :class:`~trl_entropy.GRPOEntropyTrainer` (``trainer=...``) the target goes to the trainer's active
-    control and is logged as ``entropy_control/target``. On a plain TRL ``GRPOTrainer`` (no ``trainer``), it sets
-    ``args.entropy_target``, the target of TRL's own adaptive entropy coefficient (``use_adaptive_entropy=True``),
-    which TRL reads at every optimizer step — a scheduled Skywork-OR1 coefficient with no other change.
+    With a :class:`~trl_entropy.GRPOEntropyTrainer` the target goes to the trainer's active control (the trainer
+    adds this callback itself). On a plain TRL ``GRPOTrainer`` it sets ``args.entropy_target``, the target of TRL's
+    own adaptive entropy coefficient (``use_adaptive_entropy=True``), which TRL reads at every optimizer step: a
+    scheduled Skywork-OR1 coefficient with no other change. Pass ``trainer=`` to also log
+    ``entropy_control/target`` through the trainer's metrics::
+
+        trainer.add_callback(EntropyScheduleCallback("cosine", trainer=trainer, start=0.6, end=0.2))
 
     Args:
         schedule: a schedule object, a callable ``fn(step, total_steps)``, or a schedule name (with ``start`` etc.).
-        trainer: optional ``GRPOEntropyTrainer`` that receives the target via ``set_entropy_target``.
+        trainer: the trainer; optional for plain TRL trainers (then nothing is logged).
     """
 
     def __init__(self, schedule, trainer=None, **schedule_kwargs):
@@ -42,12 +45,10 @@ class EntropyScheduleCallback(TrainerCallback):
             return
         self.target = self.current(state)
         self.phase = self.schedule.phase(state.global_step, state.max_steps)
-        if self.trainer is not None:
+        if hasattr(self.trainer, "set_entropy_target"):
             self.trainer.set_entropy_target(self.target, self.phase)
-        else:
-            args.entropy_target = self.target
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        # For plain trainers, make the target visible next to TRL's own "entropy" in the logs.
-        if self.trainer is None and logs is not None and self.target is not None and "loss" in logs:
-            logs["entropy_control/target"] = self.target
+            return
+        args.entropy_target = self.target
+        metrics = getattr(self.trainer, "_metrics", None)
+        if metrics is not None:  # a plain TRL trainer: log the target next to TRL's own "entropy"
+            metrics["train"]["entropy_control/target"].append(self.target)

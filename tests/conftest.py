@@ -1,0 +1,78 @@
+"""Shared fixtures: a tiny random character-level model and prompt set, built in code (no network)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+CHARS = list("0123456789+=")
+
+
+def tiny_tokenizer():
+    vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", padding_side="left")
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(CHARS) + 2,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def count_ones_reward(completions, **kwargs):
+    """A cheap verifiable-style reward: number of '1' characters (gives non-zero-std groups)."""
+    return [float(c.count("1")) for c in completions]
+
+
+def tiny_dataset(n=64):
+    return Dataset.from_dict({"prompt": [f"{i % 50}+{(7 * i) % 50}=" for i in range(n)]})
+
+
+def tiny_kwargs(tmp_path, **overrides):
+    kwargs = dict(
+        output_dir=str(tmp_path),
+        max_steps=6,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def tiny_args(tmp_path, **overrides):
+    from trl_entropy import GRPOEntropyConfig
+
+    return GRPOEntropyConfig(**tiny_kwargs(tmp_path, **overrides))
+
+
+@pytest.fixture
+def tokenizer():
+    return tiny_tokenizer()

@@ -1,0 +1,93 @@
+import warnings
+
+import pytest
+
+from trl_entropy import GRPOEntropyConfig
+
+BASE = dict(output_dir="unused", use_cpu=True, report_to="none", per_device_train_batch_size=8, num_generations=4)
+# off-policy: 4 optimizer steps per generation batch, so the clip bound acts
+OFF = dict(steps_per_generation=4)
+AC = dict(entropy_control="adaptive_clip", entropy_schedule_start=0.5, **OFF)
+
+
+def cfg(**kw):
+    return GRPOEntropyConfig(**{**BASE, **kw})
+
+
+def test_defaults_are_plain_grpo():
+    c = cfg()
+    assert c.entropy_control == "none" and c.entropy_schedule is None
+
+
+def test_target_control_defaults_to_constant_schedule():
+    c = cfg(**AC)
+    assert c.entropy_schedule == "constant"
+    assert c.is_off_policy
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(entropy_control="bogus"), "entropy_control"),
+        (dict(entropy_control="adaptive_clip", **OFF), "entropy_schedule_start"),
+        (dict(entropy_schedule="linear"), "entropy_control='none'"),
+        (dict(entropy_schedule_start=0.3), "entropy_control='none'"),
+        (dict(AC, entropy_schedule="exponential"), "entropy_schedule"),
+        (dict(AC, entropy_schedule_start=-0.1), "entropy_schedule_start"),
+        (dict(AC, entropy_schedule_start=float("nan")), "entropy_schedule_start"),
+        (dict(AC, entropy_schedule_end=-1.0), "entropy_schedule_end"),
+        (dict(AC, entropy_schedule_warmup_steps=-3), "entropy_schedule_warmup_steps"),
+        (dict(AC, entropy_schedule="wsd", entropy_schedule_anneal_ratio=0.0), "entropy_schedule_anneal_ratio"),
+        (dict(AC, entropy_schedule="wsd", entropy_schedule_anneal_ratio=1.2), "entropy_schedule_anneal_ratio"),
+        (dict(AC, adaptive_clip_delta=0.0), "adaptive_clip_delta"),
+        (dict(AC, adaptive_clip_delta=-0.1), "adaptive_clip_delta"),
+        (dict(AC, adaptive_clip_window=0), "adaptive_clip_window"),
+        (dict(AC, adaptive_clip_min=-0.1), "adaptive_clip_min"),
+        (dict(AC, adaptive_clip_min=0.5, adaptive_clip_max=0.4), "adaptive_clip_max"),
+        (dict(AC, adaptive_clip_warmup_steps=-1), "adaptive_clip_warmup_steps"),
+        (dict(AC, epsilon_high=1.5), "epsilon_high"),
+        (dict(AC, loss_type="cispo"), "loss_type"),
+        (dict(AC, loss_type="sapo"), "loss_type"),
+        (dict(AC, use_adaptive_entropy=True), "allow_trl_adaptive_entropy"),
+    ],
+)
+def test_invalid_configs_name_the_field(kw, field):
+    with pytest.raises(ValueError) as err:
+        cfg(**kw)
+    assert field in str(err.value)
+
+
+def test_unimplemented_control_is_rejected_clearly():
+    with pytest.raises(ValueError, match="not implemented"):
+        cfg(entropy_control="kl_cov")
+
+
+def test_trl_adaptive_entropy_with_opt_in():
+    c = cfg(**AC, use_adaptive_entropy=True, allow_trl_adaptive_entropy=True)
+    assert c.use_adaptive_entropy
+
+
+def test_on_policy_adaptive_clip_warns():
+    with pytest.warns(UserWarning, match="on-policy"):
+        c = cfg(entropy_control="adaptive_clip", entropy_schedule_start=0.5)
+    assert not c.is_off_policy
+
+
+@pytest.mark.parametrize(
+    "kw, off",
+    [
+        (dict(), False),
+        (dict(steps_per_generation=4), True),
+        (dict(num_iterations=2), True),
+        (dict(gradient_accumulation_steps=4, steps_per_generation=2), False),  # both generations before the update
+        (dict(gradient_accumulation_steps=2, steps_per_generation=4), True),
+    ],
+)
+def test_off_policy_detection_matches_trl(kw, off):
+    assert cfg(**kw).is_off_policy is off
+
+
+def test_off_policy_adaptive_clip_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        cfg(**AC)

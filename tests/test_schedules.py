@@ -1,0 +1,90 @@
+import math
+
+import pytest
+
+from trl_entropy.scheduling import (
+    CallableSchedule,
+    ConstantSchedule,
+    CosineSchedule,
+    LinearSchedule,
+    WSDSchedule,
+    make_schedule,
+)
+
+
+def test_constant():
+    s = ConstantSchedule(start=0.4)
+    assert [s(t, 100) for t in (0, 50, 99, 100)] == [0.4] * 4
+    assert s.phase(10, 100) == "stable"
+
+
+def test_linear_known_values():
+    s = LinearSchedule(start=0.6, end=0.2)
+    assert s(0, 100) == pytest.approx(0.6)
+    assert s(25, 100) == pytest.approx(0.5)
+    assert s(50, 100) == pytest.approx(0.4)
+    assert s(100, 100) == pytest.approx(0.2)
+    assert s(150, 100) == pytest.approx(0.2)  # clipped after the end
+
+
+def test_linear_with_warmup():
+    s = LinearSchedule(start=1.0, end=0.0, warmup_steps=20)
+    assert s(0, 120) == 1.0 and s(19, 120) == 1.0
+    assert s(20, 120) == pytest.approx(1.0)
+    assert s(70, 120) == pytest.approx(0.5)
+    assert s(120, 120) == pytest.approx(0.0)
+    assert s.phase(5, 120) == "warmup" and s.phase(50, 120) == "anneal"
+
+
+def test_cosine_known_values():
+    s = CosineSchedule(start=0.6, end=0.2)
+    assert s(0, 100) == pytest.approx(0.6)
+    assert s(50, 100) == pytest.approx(0.4)
+    assert s(25, 100) == pytest.approx(0.2 + 0.4 * 0.5 * (1 + math.cos(math.pi / 4)))
+    assert s(100, 100) == pytest.approx(0.2)
+
+
+def test_wsd_known_values():
+    s = WSDSchedule(start=0.5, end=0.1, anneal_ratio=0.2, warmup_steps=10)
+    # anneal starts at 100 - 20 = 80
+    assert s.anneal_start(100) == 80
+    assert s(0, 100) == 0.5 and s(50, 100) == 0.5 and s(80, 100) == pytest.approx(0.5)
+    assert s(90, 100) == pytest.approx(0.3)
+    assert s(100, 100) == pytest.approx(0.1)
+    assert [s.phase(t, 100) for t in (5, 50, 85)] == ["warmup", "stable", "anneal"]
+
+
+def test_end_none_means_start():
+    assert LinearSchedule(start=0.3)(70, 100) == pytest.approx(0.3)
+
+
+def test_callable_schedule_and_checks():
+    s = make_schedule(lambda step, total: 1.0 - step / total)
+    assert isinstance(s, CallableSchedule)
+    assert s(25, 100) == pytest.approx(0.75)
+    bad = make_schedule(lambda step, total: -1.0)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        bad(0, 10)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(name="exp", start=0.1), "entropy_schedule must be one of"),
+        (dict(name="linear", start=None), "entropy_schedule_start must be set"),
+        (dict(name="linear", start=-0.1), "entropy_schedule_start"),
+        (dict(name="linear", start=0.1, end=-1.0), "entropy_schedule_end"),
+        (dict(name="linear", start=0.1, warmup_steps=-1), "entropy_schedule_warmup_steps"),
+        (dict(name="wsd", start=0.1, anneal_ratio=0.0), "entropy_schedule_anneal_ratio"),
+        (dict(name="wsd", start=0.1, anneal_ratio=1.5), "entropy_schedule_anneal_ratio"),
+    ],
+)
+def test_make_schedule_errors(kwargs, match):
+    name = kwargs.pop("name")
+    with pytest.raises(ValueError, match=match):
+        make_schedule(name, **kwargs)
+
+
+def test_total_steps_must_be_positive():
+    with pytest.raises(ValueError, match="total_steps"):
+        LinearSchedule(start=0.1)(0, 0)
