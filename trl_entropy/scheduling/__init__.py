@@ -1,5 +1,5 @@
 from .callbacks import EntropyScheduleCallback
-from .controllers import AdaptiveClipController
+from .controllers import AdaptiveClipController, LambdaStepController
 from .schedules import (
     CallableSchedule,
     ConstantSchedule,
@@ -12,6 +12,7 @@ from .schedules import (
 
 __all__ = [
     "AdaptiveClipController",
+    "LambdaStepController",
     "CallableSchedule",
     "ConstantSchedule",
     "CosineSchedule",

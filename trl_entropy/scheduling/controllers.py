@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["AdaptiveClipController"]
+__all__ = ["AdaptiveClipController", "LambdaStepController"]
 
 
 def _sign(x: float) -> int:
@@ -81,3 +81,38 @@ class AdaptiveClipController:
         self.steps = int(state["steps"])
         self.skipped = int(state.get("skipped", 0))
         self.history = deque((tuple(p) for p in state["history"]), maxlen=self.window)
+
+
+class LambdaStepController:
+    """Entropy-guided weight of positive-advantage tokens (Jin et al., "Revisiting Entropy", §7).
+
+    ``lambda <- clip(lambda - step, 0, 1)`` when the measured entropy is below the target (positive-advantage
+    updates sharpen the policy, so give them less weight), ``lambda <- clip(lambda + step, 0, 1)`` otherwise.
+    """
+
+    def __init__(self, initial: float = 0.0, step: float = 0.05):
+        if not (0.0 <= initial <= 1.0):
+            raise ValueError(f"positive_reweight_lambda_init must be in [0, 1], got {initial}.")
+        if not (0.0 < step <= 1.0):
+            raise ValueError(f"positive_reweight_step must be in (0, 1], got {step}.")
+        self.value = float(initial)
+        self.step = float(step)
+        self.steps = 0
+        self.skipped = 0
+
+    def update(self, measured: float, target: float) -> float:
+        if not (math.isfinite(measured) and math.isfinite(target)):
+            self.skipped += 1
+            return self.value
+        self.steps += 1
+        direction = -1.0 if measured < target else 1.0
+        self.value = min(1.0, max(0.0, self.value + direction * self.step))
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {"value": self.value, "steps": self.steps, "skipped": self.skipped, "config": {"step": self.step}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = float(state["value"])
+        self.steps = int(state["steps"])
+        self.skipped = int(state.get("skipped", 0))

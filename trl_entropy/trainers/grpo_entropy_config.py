@@ -22,9 +22,13 @@ ENTROPY_CONTROLS = (
     "w_reinforce",
     "entropic",
 )
-IMPLEMENTED_CONTROLS = ("none", "adaptive_clip")
+IMPLEMENTED_CONTROLS = ("none", "adaptive_clip", "entrocraft", "positive_reweight", "w_reinforce")
 # Controls that follow a target entropy and therefore need a schedule.
 TARGET_FOLLOWING_CONTROLS = ("adaptive_clip", "entrocraft", "positive_reweight", "entropic")
+ENTROCRAFT_MODES = ("stochastic", "hard")
+ENTROCRAFT_NORMALIZERS = ("kept", "all")
+ENTROCRAFT_ENTROPY_SOURCES = ("auto", "scoring_pass", "extra_pass", "lagged")
+POSITIVE_REWEIGHT_SCHEDULES = ("entropy", "stage", "epoch")
 SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
 # Loss types whose surrogate is the clipped ratio min(r A, clip(r, 1-eps_low, 1+eps_high) A), where epsilon_high is
 # the clip-higher bound. CISPO reads epsilon_high as a cap on the ratio itself; SAPO and VESPO ignore it.
@@ -81,6 +85,44 @@ class GRPOEntropyConfig(GRPOConfig):
         allow_trl_adaptive_entropy (`bool`, *optional*, defaults to `False`):
             Opt-in to run an entropy control together with TRL's own adaptive entropy coefficient
             (`use_adaptive_entropy=True`). Two controllers acting on one quantity usually fight; this must be explicit.
+
+    > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
+
+    Parameters:
+        entrocraft_mode (`str`, *optional*, defaults to `"stochastic"`):
+            `"stochastic"`: the paper's rule, keep rollout i iff u <= exp(gamma * m * A_i), u ~ U[0, 1), with
+            m = 1[H > h_high] - 1[H < h_low]. `"hard"`: the authors' released code (gamma -> infinity): above the band
+            keep only positive-advantage rollouts, below it only negative ones, inside it keep all.
+        entrocraft_gamma (`float`, *optional*, defaults to `10.0`):
+            Temperature gamma of the stochastic acceptance; >= 0.
+        entrocraft_band (`float`, *optional*, defaults to `0.1`):
+            Width of the entropy band around the scheduled target: h_low/h_high = target -/+ band/2 (0.1 in every
+            released script).
+        entrocraft_normalizer (`str`, *optional*, defaults to `"kept"`):
+            `"kept"`: rejected rollouts leave the loss normaliser (the paper's 1/|S_x|). `"all"`: as the released
+            code, rejected rollouts only get a zero advantage and still count in the normaliser.
+        entrocraft_entropy_source (`str`, *optional*, defaults to `"auto"`):
+            Where the pre-update entropy H of the rollout batch comes from. `"scoring_pass"`: the old-log-prob
+            forward TRL already runs when updates are off-policy (no extra pass; an error when TRL runs none).
+            `"extra_pass"`: an extra no-grad forward on the rollouts. `"lagged"`: the entropy measured during the
+            previous optimizer step (no extra compute, one step of lag; the first generation uses an extra pass).
+            `"auto"`: `"scoring_pass"` when TRL runs one, else `"lagged"`.
+
+    > Advantage-sign reweighting (`"positive_reweight"`, Jin et al.; `"w_reinforce"`, Zhu et al.)
+
+    Parameters:
+        positive_reweight_schedule (`str`, *optional*, defaults to `"entropy"`):
+            How lambda, the weight of positive-advantage tokens, moves: `"entropy"` (lambda -= step when the measured
+            entropy is below the target, += step otherwise, clipped to [0, 1]), `"stage"` (0 for the first half of
+            training, then linear 0 -> 1) or `"epoch"` (lambda = (e - 1) / (E - 1) over `positive_reweight_epochs`).
+        positive_reweight_lambda_init (`float`, *optional*, defaults to `0.0`):
+            Initial lambda, in [0, 1].
+        positive_reweight_step (`float`, *optional*, defaults to `0.05`):
+            Step of lambda per optimizer step for the `"entropy"` schedule, in (0, 1].
+        positive_reweight_epochs (`int`, *optional*, defaults to `5`):
+            Number of equal stages E for the `"epoch"` schedule; >= 2.
+        w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
+            W-REINFORCE: weight of positive-advantage rollouts (negatives get 1), in [0, 1].
 
     Note: a clip bound only changes the gradient when the importance ratio differs from 1, that is on off-policy
     updates, i.e. when `gradient_accumulation_steps` is not a multiple of `steps_per_generation * num_iterations`
@@ -143,6 +185,43 @@ class GRPOEntropyConfig(GRPOConfig):
         metadata={"help": "Opt in to combining an entropy control with TRL's use_adaptive_entropy."},
     )
 
+    entrocraft_mode: str = field(
+        default="stochastic",
+        metadata={"help": "Entrocraft: 'stochastic' (paper, keep iff u <= exp(gamma*m*A)) or 'hard' (released code)."},
+    )
+    entrocraft_gamma: float = field(
+        default=10.0, metadata={"help": "Entrocraft: temperature gamma of the stochastic acceptance; >= 0."}
+    )
+    entrocraft_band: float = field(
+        default=0.1, metadata={"help": "Entrocraft: band width around the target, h = target -/+ band/2; >= 0."}
+    )
+    entrocraft_normalizer: str = field(
+        default="kept",
+        metadata={"help": "Entrocraft: 'kept' (rejected rollouts leave the loss normaliser, paper) or 'all' "
+                  "(released code: zero advantage, still in the normaliser)."},
+    )
+    entrocraft_entropy_source: str = field(
+        default="auto",
+        metadata={"help": "Entrocraft: source of the pre-update rollout entropy: 'auto', 'scoring_pass', "
+                  "'extra_pass' or 'lagged'."},
+    )
+    positive_reweight_schedule: str = field(
+        default="entropy",
+        metadata={"help": "Positive reweighting: how lambda moves: 'entropy' (feedback), 'stage' or 'epoch'."},
+    )
+    positive_reweight_lambda_init: float = field(
+        default=0.0, metadata={"help": "Positive reweighting: initial lambda, in [0, 1]."}
+    )
+    positive_reweight_step: float = field(
+        default=0.05, metadata={"help": "Positive reweighting: lambda step per optimizer step, in (0, 1]."}
+    )
+    positive_reweight_epochs: int = field(
+        default=5, metadata={"help": "Positive reweighting, 'epoch' schedule: number of stages E; >= 2."}
+    )
+    w_reinforce_lambda: float = field(
+        default=0.1, metadata={"help": "W-REINFORCE: weight of positive-advantage rollouts, in [0, 1]."}
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._validate_entropy_fields()
@@ -172,6 +251,8 @@ class GRPOEntropyConfig(GRPOConfig):
                     f"entropy_schedule must be one of {list(SCHEDULE_NAMES)} or a callable, got "
                     f"{self.entropy_schedule!r}."
                 )
+        if self.entropy_control == "positive_reweight" and self.positive_reweight_schedule != "entropy":
+            follows_target = False  # fixed progressions need no target
         if follows_target:
             if self.entropy_schedule is None:
                 self.entropy_schedule = "constant"
@@ -232,12 +313,54 @@ class GRPOEntropyConfig(GRPOConfig):
                     stacklevel=3,
                 )
 
+        self._validate_choice("entrocraft_mode", ENTROCRAFT_MODES)
+        self._validate_choice("entrocraft_normalizer", ENTROCRAFT_NORMALIZERS)
+        self._validate_choice("entrocraft_entropy_source", ENTROCRAFT_ENTROPY_SOURCES)
+        self._validate_choice("positive_reweight_schedule", POSITIVE_REWEIGHT_SCHEDULES)
+        self._validate_range("entrocraft_gamma", 0.0, math.inf)
+        self._validate_range("entrocraft_band", 0.0, math.inf)
+        self._validate_range("positive_reweight_lambda_init", 0.0, 1.0)
+        self._validate_range("positive_reweight_step", 0.0, 1.0, low_open=True)
+        self._validate_range("w_reinforce_lambda", 0.0, 1.0)
+        if not isinstance(self.positive_reweight_epochs, int) or self.positive_reweight_epochs < 2:
+            raise ValueError(f"positive_reweight_epochs must be an integer >= 2, got {self.positive_reweight_epochs!r}.")
+        if (
+            self.entropy_control == "entrocraft"
+            and self.entrocraft_entropy_source == "scoring_pass"
+            and not self.is_off_policy
+            and not self.use_vllm
+        ):
+            raise ValueError(
+                "entrocraft_entropy_source='scoring_pass' needs the old-log-prob pass TRL runs only for off-policy "
+                "updates or vLLM; use 'auto', 'extra_pass' or 'lagged', or train off-policy."
+            )
+        if self.entropy_control == "entrocraft" and self.entrocraft_normalizer == "kept" and self.loss_type == "dr_grpo":
+            warnings.warn(
+                "loss_type='dr_grpo' divides by a constant (batch size x max_completion_length); with "
+                "entrocraft_normalizer='kept' rejected rollouts contribute nothing, but the constant normaliser does "
+                "not shrink with them.",
+                UserWarning,
+                stacklevel=3,
+            )
+
         if self.entropy_control != "none" and self.use_adaptive_entropy and not self.allow_trl_adaptive_entropy:
             raise ValueError(
                 f"use_adaptive_entropy=True (TRL's adaptive entropy coefficient) together with "
                 f"entropy_control={self.entropy_control!r} runs two controllers on the same entropy. Set "
                 "allow_trl_adaptive_entropy=True to do it anyway, or use one of them."
             )
+
+    def _validate_choice(self, name: str, choices: tuple) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.")
+
+    def _validate_range(self, name: str, low: float, high: float, low_open: bool = False) -> None:
+        value = getattr(self, name)
+        ok = _is_number(value) and (value > low if low_open else value >= low) and value <= high
+        if not ok:
+            interval = f"{'(' if low_open else '['}{low}, {high}]"
+            raise ValueError(f"{name} must be a number in {interval}, got {value!r}.")
 
     @property
     def is_off_policy(self) -> bool:

@@ -9,7 +9,12 @@ Hooks used (trl 1.16):
     (Σ entropy·mask, Σ mask) is accumulated over the micro-batches of the optimizer step;
   * control (E): at the step boundary the sums are all-reduced across processes, giving one measured entropy that is
     identical on every rank, and the control updates its knob for the next step;
-  * schedule (F): `EntropyScheduleCallback.on_step_begin` sets the target of the step.
+  * schedule (F): `EntropyScheduleCallback.on_step_begin` sets the target of the step;
+  * rollouts (B): after TRL computed the advantages of a generation batch, rollout controls (Entrocraft) return a
+    keep-mask; rejected rollouts get a zero advantage and, with `entrocraft_normalizer="kept"`, leave TRL's loss
+    mask through the `tool_mask` key TRL already multiplies into it (attention is untouched);
+  * advantage weights (B, per step): per micro-batch, sign-dependent weights on the advantages (positive
+    reweighting, W-REINFORCE), applied to a copy so buffered generation batches are never modified in place.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from ..controls import build_control
+from ..controls import RolloutContext, build_control
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.schedules import make_schedule
 from .grpo_entropy_config import GRPOEntropyConfig
@@ -59,11 +64,14 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_window: torch.Tensor | None = None  # (Σ entropy·mask, Σ mask) over this step's micro-batches
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
+        self._ec_score_capture = False
+        self._ec_scoring_entropies: torch.Tensor | None = None
+        self._ec_all_rejected = 0
         self.entropy_target: float | None = None
         self.entropy_phase: str | None = None
         self.last_measured_entropy: float | None = None
         self.entropy_schedule = None
-        if self.entropy_control is not None:
+        if self.entropy_control is not None and args.entropy_schedule is not None:
             self.entropy_schedule = make_schedule(
                 args.entropy_schedule,
                 start=args.entropy_schedule_start,
@@ -72,6 +80,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 anneal_ratio=args.entropy_schedule_anneal_ratio,
             )
             self.add_callback(EntropyScheduleCallback(self.entropy_schedule, trainer=self))
+        if self.entropy_control is not None:
             self.entropy_control.apply(self)
 
     # ------------------------------------------------------------------ schedule (F)
@@ -82,10 +91,143 @@ class GRPOEntropyTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ measure (D)
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        if self._ec_score_capture:  # TRL's old-log-prob pass: take the entropy from the same forward
+            kwargs["compute_entropy"] = True
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            self._ec_scoring_entropies = entropies.detach()
+            return logps, None, aux  # TRL asked for no entropy here
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ec_capture and entropies is not None:
             self._ec_captured_entropies = entropies.detach()
         return logps, entropies, aux
+
+    # ------------------------------------------------------------------ rollouts (B)
+    def _trl_runs_scoring_pass(self) -> bool:
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
+
+    def _rollout_entropy_source(self) -> str:
+        source = getattr(self.args, "entrocraft_entropy_source", "auto")
+        if source == "auto":
+            return "scoring_pass" if self._trl_runs_scoring_pass() else "lagged"
+        return source
+
+    def _generate_and_score_completions(self, inputs):
+        control = self.entropy_control
+        if control is None or not control.uses_rollouts or not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        source = self._rollout_entropy_source()
+        self._ec_scoring_entropies = None
+        self._ec_score_capture = source == "scoring_pass"
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._ec_score_capture = False
+        loss_mask = output["completion_mask"]
+        if "tool_mask" in output:
+            loss_mask = loss_mask * output["tool_mask"]
+        entropy = self._rollout_entropy(output, loss_mask, source)
+        advantages = output["advantages"]
+        local = advantages.shape[0]
+        ctx = RolloutContext(
+            entropy=entropy,
+            target=self.entropy_target,
+            step=self.state.global_step,
+            total_steps=self.state.max_steps,
+            global_offset=self.accelerator.process_index * local,
+            global_size=local * self.accelerator.num_processes,
+            seed=self.args.seed,
+        )
+        decision = control.transform_rollouts(advantages, ctx)
+        output["ec_entropy_mask"] = loss_mask  # all rollouts, for the measured entropy of the update
+        if decision.keep is not None:
+            self._apply_keep(output, decision.keep, loss_mask)
+        self._log_rollout_decision(decision)
+        return output
+
+    def _rollout_entropy(self, output, loss_mask, source) -> float | None:
+        """Global token-mean entropy of the rollouts under the pre-update policy."""
+        if source == "lagged" and self.last_measured_entropy is not None:
+            return self.last_measured_entropy
+        entropies = self._ec_scoring_entropies if source == "scoring_pass" else None
+        self._ec_scoring_entropies = None
+        if entropies is None:  # "extra_pass", or "lagged" before the first measurement
+            prompt_completion_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            with torch.no_grad():
+                _, entropies, _ = super()._get_per_token_logps_and_entropies(
+                    self.model,
+                    prompt_completion_ids,
+                    attention_mask,
+                    output["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                    compute_entropy=True,
+                )
+        mask = loss_mask.to(entropies.dtype)
+        totals = self.accelerator.reduce(torch.stack([(entropies * mask).sum(), mask.sum()]).float(), "sum")
+        count = float(totals[1])
+        return float(totals[0]) / count if count > 0 else None
+
+    def _apply_keep(self, output, keep, loss_mask) -> None:
+        keep_f = keep.to(output["advantages"].dtype)
+        output["advantages"] = output["advantages"] * (keep_f if output["advantages"].dim() == 1 else keep_f[:, None])
+        if getattr(self.args, "entrocraft_normalizer", "kept") != "kept":
+            return
+        row_keep = keep.to(output["completion_mask"].dtype)[:, None]
+        tool_mask = output.get("tool_mask")
+        output["tool_mask"] = row_keep.expand_as(output["completion_mask"]) if tool_mask is None else tool_mask * row_keep
+        output["ec_keep"] = keep_f
+        kept_tokens = (loss_mask * row_keep).sum()
+        output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
+
+    def _log_rollout_decision(self, decision) -> None:
+        metrics = self._metrics["train"]
+        for key, value in decision.scalars.items():
+            metrics[METRIC_PREFIX + key].append(value)
+        if not decision.counts:
+            return
+        names = sorted(decision.counts)
+        local = torch.tensor([decision.counts[k] for k in names], dtype=torch.float64, device=self.accelerator.device)
+        totals = dict(zip(names, self.accelerator.reduce(local, "sum").tolist()))
+        for key, value in self.entropy_control.rollout_metrics(totals).items():
+            metrics[METRIC_PREFIX + key].append(value)
+        if totals.get("total", 0) > 0 and totals.get("kept", 1) == 0:
+            self._ec_all_rejected += 1
+            warnings.warn(
+                f"Step {self.state.global_step}: every rollout of the generation batch was rejected; this batch "
+                "contributes no policy gradient (the loss stays finite). Counted in entropy_control/all_rejected.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        metrics[METRIC_PREFIX + "all_rejected"].append(float(self._ec_all_rejected))
+
+    # ------------------------------------------------------------------ advantage weights (B, per step)
+    def _prepare_inputs(self, generation_batch):
+        inputs = super()._prepare_inputs(generation_batch)
+        if self.entropy_control is None or not self.model.training:
+            return inputs
+        return self._transform_micro_batch(inputs)
+
+    def _transform_micro_batch(self, inputs):
+        """Per-step advantage weights and the 'grpo' kept-rows normaliser, on a copy of the micro-batch."""
+        control = self.entropy_control
+        advantages = inputs["advantages"]
+        scale = None
+        if control.uses_advantage_weights:
+            scale = control.advantage_weights(advantages, self.state.global_step, self.state.max_steps)
+        keep = inputs.get("ec_keep")
+        if keep is not None and self.loss_type == "grpo":
+            # loss_type="grpo" averages per-sequence losses over all rows of the micro-batch; divide by the kept
+            # rows instead, so rejected rollouts leave the normaliser (the policy term is linear in A).
+            factor = keep.numel() / keep.sum().clamp(min=1.0)
+            scale = factor if scale is None else scale * factor
+        if scale is None:
+            return inputs
+        inputs = dict(inputs)  # never modify the buffered generation batch in place (num_iterations > 1 reuses it)
+        inputs["advantages"] = advantages * scale
+        return inputs
 
     def _compute_loss(self, model, inputs):
         training = self.model.training
@@ -97,9 +239,11 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if training:
             entropies, self._ec_captured_entropies = self._ec_captured_entropies, None
             if entropies is not None:
-                mask = inputs["completion_mask"]
-                if "tool_mask" in inputs:
-                    mask = mask * inputs["tool_mask"]
+                mask = inputs.get("ec_entropy_mask")
+                if mask is None:
+                    mask = inputs["completion_mask"]
+                    if "tool_mask" in inputs:
+                        mask = mask * inputs["tool_mask"]
                 self._accumulate_entropy(entropies, mask)
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()

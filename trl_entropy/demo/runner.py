@@ -1,0 +1,244 @@
+"""The offline demo: GRPO on the testbed with and without entropy control, side by side.
+
+Every method trains the same pretrained testbed model on the same prompts with the same seed, in the off-policy
+setting the papers use (several optimizer steps per generation batch, so clip bounds act), and is compared on:
+final training reward, held-out sampled accuracy, mean relative tracking error of the scheduled target (after the
+first 10% of steps) and median optimizer-step time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainerCallback
+
+from . import testbed
+
+__all__ = ["DemoSettings", "METHODS", "run_method", "run_demo", "format_table"]
+
+
+@dataclass
+class DemoSettings:
+    steps: int = 300
+    seed: int = 0
+    schedule: str = "wsd"
+    target_start: float | None = None  # None: the pretrained model's measured entropy
+    target_end_ratio: float = 0.5  # end = ratio * start
+    anneal_ratio: float = 0.3
+    steps_per_generation: int = 4
+    eval_samples: int = 4
+    n_eval_problems: int = 200
+    output_dir: str = "demo_out"
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# name -> (uses GRPOEntropyTrainer, config overrides, description)
+METHODS: dict[str, tuple[bool, dict, str]] = {
+    "grpo": (False, {}, "plain TRL GRPOTrainer"),
+    "trl_adaptive_entropy": (
+        False,
+        {"use_adaptive_entropy": True, "entropy_coef": 0.0},
+        "TRL's adaptive entropy coefficient (Skywork-OR1), target driven by the same schedule",
+    ),
+    "adaptive_clip": (True, {"entropy_control": "adaptive_clip"}, "adaptive clip-higher (Wang et al.)"),
+    "entrocraft": (True, {"entropy_control": "entrocraft"}, "Entrocraft rollout rejection, stochastic (Li et al.)"),
+    "positive_reweight": (True, {"entropy_control": "positive_reweight"},
+                          "positive-advantage reweighting, entropy-guided lambda (Jin et al.)"),
+    "w_reinforce": (True, {"entropy_control": "w_reinforce"}, "W-REINFORCE, lambda = 0.1 (Zhu et al.)"),
+}
+DEFAULT_METHOD = "adaptive_clip"
+
+
+class _Progress(TrainerCallback):
+    def __init__(self, desc: str, enabled: bool):
+        self.desc, self.enabled, self.bar = desc, enabled, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.max_steps, desc=self.desc, leave=True, dynamic_ncols=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.bar is not None and logs:
+            shown = {k.split("/")[-1]: round(v, 3) for k, v in logs.items()
+                     if k in ("entropy", "reward", "entropy_control/target")}
+            self.bar.set_postfix(shown, refresh=False)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _schedule_kwargs(settings: DemoSettings, start: float) -> dict:
+    return dict(
+        entropy_schedule=settings.schedule,
+        entropy_schedule_start=start,
+        entropy_schedule_end=start * settings.target_end_ratio,
+        entropy_schedule_anneal_ratio=settings.anneal_ratio,
+    )
+
+
+def _mean_relative_error(measured, target, skip_fraction=0.1):
+    pairs = [(m, t) for m, t in zip(measured, target) if m is not None and t is not None and t > 0]
+    pairs = pairs[int(len(pairs) * skip_fraction):]
+    if not pairs:
+        return float("nan")
+    return sum(abs(m - t) / t for m, t in pairs) / len(pairs)
+
+
+def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems) -> dict:
+    """Train one method on the testbed and return its curves and summary numbers."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ..scheduling.callbacks import EntropyScheduleCallback
+    from ..trainers import GRPOEntropyConfig, GRPOEntropyTrainer
+
+    ours, overrides, _ = METHODS[name]
+    model, tokenizer = testbed.load_or_pretrain(progress=settings.progress)
+    base = dict(testbed.grpo_config_kwargs())
+    base.update(
+        output_dir=os.path.join(settings.output_dir, "runs", name),
+        max_steps=settings.steps,
+        seed=settings.seed,
+        steps_per_generation=settings.steps_per_generation,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1,
+        disable_tqdm=True,
+    )
+    base.update(overrides)
+    base.update(settings.extra.get(name, {}))
+    schedule = _schedule_kwargs(settings, target_start)
+    if ours:
+        uses_schedule = base.get("entropy_control", "none") not in ("none", "w_reinforce")
+        args = GRPOEntropyConfig(**base, **(schedule if uses_schedule else {}))
+        trainer_cls = GRPOEntropyTrainer
+    else:
+        args = GRPOConfig(**base)
+        trainer_cls = GRPOTrainer
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=testbed.accuracy_reward,
+        args=args,
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+    )
+    if overrides.get("use_adaptive_entropy"):
+        from ..scheduling.schedules import make_schedule
+
+        sched = make_schedule(schedule["entropy_schedule"], start=schedule["entropy_schedule_start"],
+                              end=schedule["entropy_schedule_end"],
+                              anneal_ratio=schedule["entropy_schedule_anneal_ratio"])
+        trainer.add_callback(EntropyScheduleCallback(sched, trainer=trainer))
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # the table and the progress bar say it better than raw log dicts
+    trainer.add_callback(_Progress(name, settings.progress))
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+
+    rows = [h for h in trainer.state.log_history if "loss" in h and "step" in h]
+    steps = [h["step"] for h in rows]
+    measured = [h.get("entropy_control/measured", h.get("entropy")) for h in rows]
+    target = [h.get("entropy_control/target") for h in rows]
+    if all(t is None for t in target):  # plain GRPO: compare against the same schedule it does not follow
+        from ..scheduling.schedules import make_schedule
+
+        sched = make_schedule(schedule["entropy_schedule"], start=schedule["entropy_schedule_start"],
+                              end=schedule["entropy_schedule_end"],
+                              anneal_ratio=schedule["entropy_schedule_anneal_ratio"])
+        target = [sched(s - 1, settings.steps) for s in steps]
+    control = getattr(trainer, "entropy_control", None)
+    knob_name = control.knob_name if control is not None else ("entropy_coef" if name == "trl_adaptive_entropy"
+                                                                  else None)
+    knob_key = f"entropy_control/{knob_name}" if control is not None else knob_name
+    knob = [h.get(knob_key) for h in rows] if knob_name else []
+    rewards = [h.get("reward") for h in rows if h.get("reward") is not None]
+    tail = max(1, len(rewards) // 10)
+    step_times = [h["step_time"] for h in rows if "step_time" in h]
+    accuracy = testbed.evaluate_accuracy(
+        trainer.model, tokenizer, test_problems, n_samples=settings.eval_samples, temperature=1.0, seed=settings.seed
+    )
+    return {
+        "method": name,
+        "description": METHODS[name][2],
+        "step": steps,
+        "measured": measured,
+        "target": target,
+        "knob": knob,
+        "knob_name": knob_name,
+        "reward": [h.get("reward") for h in rows],
+        "final_reward": sum(rewards[-tail:]) / tail if rewards else float("nan"),
+        "heldout_accuracy": accuracy,
+        "tracking_error": _mean_relative_error(measured, target),
+        "final_entropy": sum(measured[-tail:]) / tail if measured else float("nan"),
+        "median_step_time": statistics.median(step_times) if step_times else float("nan"),
+        "wall_time": wall,
+    }
+
+
+def format_table(results: list[dict], baseline: str = "grpo") -> str:
+    base_time = next((r["median_step_time"] for r in results if r["method"] == baseline), None)
+    header = (f"{'method':<22} {'final reward':>12} {'held-out acc':>12} {'final H':>8} {'track err':>9} "
+              f"{'step ms':>8} {'vs grpo':>8}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        ratio = r["median_step_time"] / base_time if base_time else float("nan")
+        lines.append(
+            f"{r['method']:<22} {r['final_reward']:>12.3f} {r['heldout_accuracy']:>12.3f} {r['final_entropy']:>8.3f} "
+            f"{100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio:>7.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
+    """Run each method, print the table, write entropy_curves.png, metrics.jsonl and summary.json."""
+    from .plots import plot_entropy_curves
+
+    os.makedirs(settings.output_dir, exist_ok=True)
+    model, tokenizer = testbed.load_or_pretrain(progress=settings.progress)
+    train_ds, _ = testbed.make_datasets(seed=settings.seed)
+    test_problems = testbed.make_problems(settings.n_eval_problems, seed=settings.seed + 1, split="test")
+    start = settings.target_start
+    if start is None:
+        start = testbed.completion_entropy(model, tokenizer, test_problems[:64], seed=settings.seed)
+    start = round(float(start), 4)
+    if not math.isfinite(start) or start <= 0:
+        raise ValueError(f"target start entropy must be > 0, got {start}")
+    print(f"Target: {settings.schedule} schedule from {start:.3f} to {start * settings.target_end_ratio:.3f} nats "
+          f"(anneal ratio {settings.anneal_ratio}), {settings.steps} optimizer steps, "
+          f"steps_per_generation={settings.steps_per_generation} (off-policy).")
+    results = []
+    for name in methods:
+        results.append(run_method(name, settings, start, train_ds, test_problems))
+    with open(os.path.join(settings.output_dir, "metrics.jsonl"), "w") as f:
+        for r in results:
+            for i, step in enumerate(r["step"]):
+                row = {"method": r["method"], "step": step, "entropy": r["measured"][i], "target": r["target"][i],
+                       "reward": r["reward"][i]}
+                if r["knob"]:
+                    row[r["knob_name"]] = r["knob"][i]
+                f.write(json.dumps(row) + "\n")
+    summary = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in results]
+    with open(os.path.join(settings.output_dir, "summary.json"), "w") as f:
+        json.dump({"target_start": start, "settings": settings.__dict__, "results": summary}, f, indent=2)
+    png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
+                                                                                "entropy_curves.png"))
+    print()
+    print(format_table(results))
+    print(f"\ntrack err: mean |H - target| / target after the first 10% of steps. Wrote {png}, "
+          f"{os.path.join(settings.output_dir, 'metrics.jsonl')}, {os.path.join(settings.output_dir, 'summary.json')}")
+    return results
