@@ -7,7 +7,23 @@ import os
 import sys
 
 
+def _quiet_third_party():
+    """Library deprecation chatter and weight-loading bars drown the demo's own output; our warnings stay on."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except Exception:  # pragma: no cover - transformers always present in practice
+        pass
+
+
 def _demo(argv):
+    _quiet_third_party()
     from .demo.runner import DEFAULT_METHOD, METHODS, DemoSettings, run_demo
 
     p = argparse.ArgumentParser(prog="trl-entropy demo", description="Offline GRPO entropy-control demo on CPU.")

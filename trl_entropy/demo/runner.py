@@ -36,6 +36,7 @@ class DemoSettings:
     n_eval_problems: int = 200
     output_dir: str = "demo_out"
     progress: bool = True
+    recipe: testbed.TestbedRecipe = field(default_factory=testbed.TestbedRecipe)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,8 +107,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     from ..trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
     ours, overrides, _ = METHODS[name]
-    model, tokenizer = testbed.load_or_pretrain(progress=settings.progress)
-    base = dict(testbed.grpo_config_kwargs())
+    model, tokenizer = testbed.load_or_pretrain(settings.recipe, progress=settings.progress)
+    base = dict(testbed.grpo_config_kwargs(settings.recipe))
     base.update(
         output_dir=os.path.join(settings.output_dir, "runs", name),
         max_steps=settings.steps,
@@ -209,9 +210,10 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     from .plots import plot_entropy_curves
 
     os.makedirs(settings.output_dir, exist_ok=True)
-    model, tokenizer = testbed.load_or_pretrain(progress=settings.progress)
-    train_ds, _ = testbed.make_datasets(seed=settings.seed)
-    test_problems = testbed.make_problems(settings.n_eval_problems, seed=settings.seed + 1, split="test")
+    model, tokenizer = testbed.load_or_pretrain(settings.recipe, progress=settings.progress)
+    train_ds, _ = testbed.make_datasets(settings.recipe, seed=settings.seed)
+    test_problems = testbed.make_problems(settings.n_eval_problems, seed=settings.seed + 1, recipe=settings.recipe,
+                                          split="test")
     start = settings.target_start
     if start is None:
         start = testbed.completion_entropy(model, tokenizer, test_problems[:64], seed=settings.seed)
@@ -234,7 +236,8 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
                 f.write(json.dumps(row) + "\n")
     summary = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in results]
     with open(os.path.join(settings.output_dir, "summary.json"), "w") as f:
-        json.dump({"target_start": start, "settings": settings.__dict__, "results": summary}, f, indent=2)
+        json.dump({"target_start": start, "settings": {k: v for k, v in settings.__dict__.items() if k != "recipe"},
+                   "recipe": settings.recipe.__dict__, "results": summary}, f, indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
                                                                                 "entropy_curves.png"))
     print()
