@@ -148,3 +148,23 @@ def test_w_reinforce_zero_weight_trains_only_on_negatives(tmp_path):
     inputs = trainer._prepare_inputs(batch)
     assert (inputs["advantages"] <= 0).all()
     assert trainer._buffered_inputs[0]["advantages"].gt(0).any()  # the buffer itself is not modified
+
+
+def test_entrocraft_control_decides_by_global_rollout_index():
+    """Two simulated ranks holding halves of a batch decide exactly as one process holding all of it."""
+    from types import SimpleNamespace
+
+    from trl_entropy.controls import EntrocraftControl, RolloutContext
+
+    args = SimpleNamespace(entrocraft_band=0.1, entrocraft_mode="stochastic", entrocraft_gamma=1.0)
+    adv = torch.randn(16, generator=torch.Generator().manual_seed(0))
+
+    def ctx(offset):
+        return RolloutContext(entropy=0.1, target=0.5, step=0, total_steps=10, global_offset=offset,
+                              global_size=16, seed=3)
+
+    single = EntrocraftControl(args).transform_rollouts(adv, ctx(0)).keep
+    rank0 = EntrocraftControl(args).transform_rollouts(adv[:8], ctx(0)).keep
+    rank1 = EntrocraftControl(args).transform_rollouts(adv[8:], ctx(8)).keep
+    assert torch.equal(torch.cat([rank0, rank1]), single)
+    assert 0 < int(single.sum()) < 16  # a real mix of kept and rejected rollouts

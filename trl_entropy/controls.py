@@ -180,17 +180,22 @@ class EntrocraftControl(EntropyControl):
         h_low, h_high = band_from_target(ctx.target, self.args.entrocraft_band)
         generator = torch.Generator(device="cpu").manual_seed(_mix_seed(ctx.seed, self.generations))
         self.generations += 1
-        if self.args.entrocraft_mode == "stochastic" and ctx.global_offset > 0:
-            torch.rand(ctx.global_offset, generator=generator)  # skip the draws of the rollouts before ours
-        keep = entrocraft_acceptance(
-            advantages.detach().float().cpu(),
+        # Decide over the global batch (zeros outside this process's slice) and keep our slice: rollout i always
+        # gets draw i, so every process decides exactly as a single-process run over the same global batch.
+        local = advantages.detach().float().cpu().reshape(-1)
+        global_adv = torch.zeros(ctx.global_size, dtype=local.dtype)
+        global_adv[ctx.global_offset : ctx.global_offset + local.numel()] = local
+        keep_global = entrocraft_acceptance(
+            global_adv,
             ctx.entropy,
             h_low,
             h_high,
             self.args.entrocraft_gamma,
             mode=self.args.entrocraft_mode,
             generator=generator,
-        ).to(advantages.device)
+        )
+        keep = keep_global[ctx.global_offset : ctx.global_offset + local.numel()]
+        keep = keep.reshape(advantages.shape).to(advantages.device)
         m = entrocraft_sign(ctx.entropy, h_low, h_high)
         self.last_sign = m
         pos, neg = advantages > 0, advantages < 0

@@ -1,0 +1,61 @@
+"""Worker for tests/test_multiprocess.py: a short GRPOEntropyTrainer run under torchrun (gloo, CPU).
+
+Writes, per rank, the control's state, the knob and the logged entropy_control metrics after every optimizer step.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.dirname(__file__))
+
+from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+from trl_entropy import GRPOEntropyTrainer  # noqa: E402
+
+CONTROLS = {
+    "adaptive_clip": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.6, adaptive_clip_window=1),
+    "entrocraft": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0),
+    "entrocraft_lagged": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
+                              entrocraft_entropy_source="extra_pass"),
+    "positive_reweight": dict(entropy_control="positive_reweight", entropy_schedule_start=2.6),
+}
+
+
+class Recorder(TrainerCallback):
+    def __init__(self):
+        self.trainer = None
+        self.rows = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        t = self.trainer
+        self.rows.append({
+            "step": state.global_step,
+            "epsilon_high": t.epsilon_high,
+            "state": t.entropy_control.state_dict(),
+            "measured": t.last_measured_entropy,
+            "target": t.entropy_target,
+        })
+
+
+def main(name, out_dir):
+    args = tiny_args(out_dir, max_steps=4, per_device_train_batch_size=8, steps_per_generation=2,
+                     learning_rate=1e-2, **CONTROLS[name])
+    trainer = GRPOEntropyTrainer(model=tiny_model(), reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    rec = Recorder()
+    rec.trainer = trainer
+    trainer.add_callback(rec)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    metrics = [{k: v for k, v in h.items() if k.startswith("entropy_control/")} for h in trainer.state.log_history]
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"world_size": trainer.accelerator.num_processes, "rows": rec.rows, "metrics": metrics}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

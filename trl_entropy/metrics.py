@@ -1,0 +1,145 @@
+"""Evaluation metrics: the unbiased pass@k estimator and the entropy-performance fit of Cui et al. 2025.
+
+Pure Python (no torch/numpy needed): numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+__all__ = ["pass_at_k", "fit_entropy_performance", "EntropyPerformanceFit"]
+
+
+def _int_arg(name: str, x) -> int:
+    if isinstance(x, bool):
+        raise ValueError(f"{name} must be an integer, got {x!r}.")
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {x!r}.") from None
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimator of Chen et al. 2021: ``1 - C(n - c, k) / C(n, k)``.
+
+    The probability that at least one of k samples drawn without replacement from n samples (c of them correct) is
+    correct. Computed in the numerically stable product form ``1 - prod_{i = n - c + 1}^{n} (1 - k / i)`` (no large
+    binomials; accurate to ~1e-13 for n in the thousands). Returns 1.0 when ``n - c < k`` (every k-subset contains a
+    correct sample) and 0.0 when ``c == 0``. Average it over problems for a benchmark score.
+
+    Args:
+        n: number of samples per problem, ``>= 1``.
+        c: number of correct samples, ``0 <= c <= n``.
+        k: ``1 <= k <= n``.
+
+    Returns:
+        ``float`` in [0, 1].
+    """
+    n, c, k = _int_arg("n", n), _int_arg("c", c), _int_arg("k", k)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}.")
+    if not 0 <= c <= n:
+        raise ValueError(f"c must satisfy 0 <= c <= n = {n}, got {c}.")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must satisfy 1 <= k <= n = {n}, got {k}.")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+@dataclass(frozen=True)
+class EntropyPerformanceFit:
+    """Result of :func:`fit_entropy_performance`: ``R = -a * exp(H) + b``.
+
+    Attributes:
+        a: coefficient of ``exp(H)`` (positive when performance rises as entropy falls, the typical case).
+        b: intercept.
+        ceiling: ``b - a``, the predicted score at H = 0 (fully exhausted entropy), Cui et al.'s performance ceiling.
+        rmse: root-mean-square residual of the fit on its points.
+        n_points: number of points fitted.
+    """
+
+    a: float
+    b: float
+    ceiling: float
+    rmse: float
+    n_points: int
+
+    def predict(self, entropy):
+        """Predicted score ``b - a * exp(H)`` for a number (returns ``float``) or a torch tensor / numpy array
+        (returns the same kind, element-wise)."""
+        if isinstance(entropy, (int, float)):
+            return self.b - self.a * math.exp(entropy)
+        exp = getattr(entropy, "exp", None)
+        if callable(exp):  # torch.Tensor
+            return self.b - self.a * exp()
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy ships with torch installs
+            np = None
+        if np is not None and isinstance(entropy, np.ndarray):
+            return self.b - self.a * np.exp(entropy)
+        return self.b - self.a * math.exp(float(entropy))
+
+
+def _as_float_list(name: str, values) -> list[float]:
+    if hasattr(values, "detach"):  # torch tensor
+        values = values.detach().cpu().reshape(-1).tolist()
+    elif hasattr(values, "tolist"):  # numpy array
+        values = list(values.reshape(-1).tolist()) if hasattr(values, "reshape") else values.tolist()
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a sequence of numbers.") from None
+    if not all(math.isfinite(v) for v in out):
+        raise ValueError(f"{name} must contain only finite values.")
+    return out
+
+
+def fit_entropy_performance(entropies, scores) -> EntropyPerformanceFit:
+    """Least-squares fit of Cui et al.'s entropy-performance law ``R = -a * exp(H) + b`` (2025, Eq. 6).
+
+    With ``x = exp(H)`` the law is linear, ``R = b - a * x``; this is the closed-form ordinary least-squares line in
+    x (sums taken with ``math.fsum``). The paper fits a, b per model and data set on (training-rollout entropy,
+    validation score) pairs over a run; its exact fitting window is not stated -- choose the points yourself.
+
+    Args:
+        entropies: sequence (list, tuple, numpy array, 1-D tensor) of policy entropies H.
+        scores: sequence of the same length of scores R.
+
+    Returns:
+        :class:`EntropyPerformanceFit`.
+
+    Raises:
+        ValueError: fewer than 3 points, mismatched lengths, non-finite values (including ``exp(H)`` overflowing),
+            or all entropies identical (the slope is undetermined).
+    """
+    hs = _as_float_list("entropies", entropies)
+    rs = _as_float_list("scores", scores)
+    if len(hs) != len(rs):
+        raise ValueError(f"entropies and scores must have the same length, got {len(hs)} and {len(rs)}.")
+    n = len(hs)
+    if n < 3:
+        raise ValueError(f"fit_entropy_performance needs at least 3 points, got {n}.")
+    try:
+        xs = [math.exp(h) for h in hs]
+    except OverflowError:
+        raise ValueError("entropies are too large: exp(H) overflows.") from None
+    if min(hs) == max(hs):
+        raise ValueError("all entropies are identical: the fit is degenerate (slope undetermined).")
+    x_mean = math.fsum(xs) / n
+    r_mean = math.fsum(rs) / n
+    sxx = math.fsum((x - x_mean) ** 2 for x in xs)
+    sxr = math.fsum((x - x_mean) * (r - r_mean) for x, r in zip(xs, rs))
+    if not (sxx > 0.0 and math.isfinite(sxx) and math.isfinite(sxr)):
+        raise ValueError("entropies are (numerically) identical or too large: the fit is degenerate.")
+    slope = sxr / sxx
+    a = -slope
+    b = r_mean - slope * x_mean
+    rmse = math.sqrt(math.fsum((r - (b - a * x)) ** 2 for x, r in zip(xs, rs)) / n)
+    return EntropyPerformanceFit(a=a, b=b, ceiling=b - a, rmse=rmse, n_points=n)
