@@ -115,8 +115,24 @@ def register_control(name: str) -> Callable[[type[EntropyControl]], type[Entropy
     return deco
 
 
+class ControllerControl(EntropyControl):
+    """A control whose state is one feedback controller (``self.controller``) and whose knob is its value."""
+
+    controller: AdaptiveClipController | LambdaStepController
+
+    @property
+    def knob(self):
+        return self.controller.value
+
+    def state_dict(self):
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state):
+        self.controller.load_state_dict(state)
+
+
 @register_control("adaptive_clip")
-class AdaptiveClipControl(EntropyControl):
+class AdaptiveClipControl(ControllerControl):
     """Adaptive clip-higher (Wang et al.): moves ``epsilon_high`` by ±δ so entropy tracks the schedule."""
 
     follows_target = True
@@ -140,16 +156,6 @@ class AdaptiveClipControl(EntropyControl):
     def observe(self, measured, target):
         if target is not None:
             self.controller.update(measured, target)
-
-    @property
-    def knob(self):
-        return self.controller.value
-
-    def state_dict(self):
-        return self.controller.state_dict()
-
-    def load_state_dict(self, state):
-        self.controller.load_state_dict(state)
 
 
 def _mix_seed(seed: int, counter: int) -> int:
@@ -234,7 +240,7 @@ class EntrocraftControl(EntropyControl):
 
 
 @register_control("positive_reweight")
-class PositiveReweightControl(EntropyControl):
+class PositiveReweightControl(ControllerControl):
     """Positive-advantage reweighting (Jin et al.): tokens with A > 0 weighted by lambda, A <= 0 by 1."""
 
     uses_advantage_weights = True
@@ -256,16 +262,6 @@ class PositiveReweightControl(EntropyControl):
     def observe(self, measured, target):
         if self.kind == "entropy" and target is not None:
             self.controller.update(measured, target)
-
-    @property
-    def knob(self):
-        return self.controller.value
-
-    def state_dict(self):
-        return self.controller.state_dict()
-
-    def load_state_dict(self, state):
-        self.controller.load_state_dict(state)
 
 
 @register_control("w_reinforce")
