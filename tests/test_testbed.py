@@ -1,58 +1,141 @@
+"""The offline testbed: tokenizer, problems, reward, pretraining cache and determinism (small recipes, tmp caches)."""
+
 import os
 
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest
 import torch
 
 from trl_entropy.demo import testbed as tb
 
-SMALL = tb.TestbedRecipe(sft_steps=3, sft_batch_size=8, hidden_size=16, intermediate_size=32, num_heads=2,
-                         num_kv_heads=1, num_layers=1)
+# Small enough that pretraining takes well under a second.
+SMALL = tb.TestbedRecipe(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                         sft_steps=4, sft_batch_size=8, sft_warmup_steps=2)
 
 
-def test_tokenizer_roundtrip_and_padding():
+def _same_weights(m1, m2):
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    assert s1.keys() == s2.keys()
+    return all(torch.equal(s1[k], s2[k]) for k in s1)
+
+
+def test_tokenizer_round_trip_special_tokens_and_left_padding():
     tok = tb.build_tokenizer()
-    ids = tok("12+39=", add_special_tokens=False).input_ids
-    assert len(ids) == 6 and tok.decode(ids) == "12+39="
-    assert tok.pad_token == "<pad>" and tok.eos_token == "<eos>" and tok.padding_side == "left"
-    batch = tok(["1+2=", "12+34="], padding=True, return_tensors="pt", add_special_tokens=False)
-    assert batch.input_ids[0, 0].item() == tok.pad_token_id  # left padding
+    ids = tok("12+34=")["input_ids"]  # what GRPOTrainer calls: no special tokens are added
+    assert len(ids) == 6 and tok.decode(ids) == "12+34="
+    assert tok.pad_token == "<pad>" and tok.eos_token == "<eos>" and tok.pad_token_id != tok.eos_token_id
+    assert tok.padding_side == "left"
+    batch = tok(["1+2=", "12+34="], padding=True, return_tensors="pt")
+    assert batch["input_ids"][0, :2].tolist() == [tok.pad_token_id] * 2
+    assert batch["attention_mask"][0].tolist() == [0, 0, 1, 1, 1, 1]
+    assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == "12+34="
 
 
-def test_problems_deterministic_disjoint_and_correct():
-    a = tb.make_problems(200, seed=3)
-    assert a == tb.make_problems(200, seed=3)
-    test = tb.make_problems(200, seed=3, split="test")
-    assert not {p["prompt"] for p in a} & {p["prompt"] for p in test}
-    for p in a[:50]:
-        x, y = p["prompt"][:-1].split("+")
-        assert p["answer"] == str(int(x) + int(y))[::-1]
+def test_make_problems_deterministic_correct_and_splits_disjoint():
+    train = tb.make_problems(300, seed=3)
+    assert train == tb.make_problems(300, seed=3)
+    assert train[:100] == tb.make_problems(100, seed=3)  # prefix-stable
+    assert train != tb.make_problems(300, seed=4)
+    test = tb.make_problems(300, seed=3, split="test")
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in tb.make_problems(300, seed=9, split="test")}
+    for p in train + test:
+        a, b = p["prompt"].rstrip("=").split("+")
+        assert p["answer"] == str(int(a) + int(b)) and int(a) < 100 and int(b) < 100
+    rev = tb.make_problems(20, seed=3, recipe=tb.TestbedRecipe(task="add_reversed"))
+    assert [p["answer"] for p in rev] == [p["answer"][::-1] for p in train[:20]]
+    with pytest.raises(ValueError):
+        tb.make_problems(1, split="valid")
+
+
+def test_make_datasets_columns():
+    train, test = tb.make_datasets(n_train=32, n_test=8)
+    assert train.column_names == ["prompt", "answer"] and len(train) == 32 and len(test) == 8
 
 
 def test_accuracy_reward_cases():
-    got = tb.accuracy_reward(["15", " 15 ", "15+", "", "51"], ["15"] * 5)
-    assert got == [1.0, 1.0, 0.0, 0.0, 0.0]
+    completions = ["46", " 46\n", "46+", "46<eos>", "466", "4", "", "  ", "64", "+46"]
+    assert tb.accuracy_reward(completions, ["46"] * len(completions)) == [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert tb.accuracy_reward(["0"], answer=["0"], prompts=["0+0="]) == [1.0]  # extra TRL kwargs are accepted
 
 
-def test_cache_roundtrip_and_determinism(tmp_path, monkeypatch):
-    m1, _ = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path / "a"), progress=False)
-    assert os.path.exists(tmp_path / "a" / SMALL.cache_key() / "recipe.json")
-    monkeypatch.setattr(tb, "pretrain", lambda *a, **k: (_ for _ in ()).throw(AssertionError("retrained")))
-    m2, _ = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path / "a"), progress=False)  # from cache, no training
-    for (n, p1), p2 in zip(m1.state_dict().items(), m2.state_dict().values()):
-        assert torch.equal(p1, p2), n
-    monkeypatch.undo()
-    m3, _ = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path / "b"), progress=False)  # fresh: same weights
-    for p1, p3 in zip(m1.parameters(), m3.parameters()):
-        assert torch.equal(p1, p3)
-
-
-def test_cache_key_changes_with_recipe():
+def test_recipe_cache_key_stable_and_sensitive():
+    assert tb.TestbedRecipe().cache_key() == tb.TestbedRecipe().cache_key()
     assert SMALL.cache_key() != tb.TestbedRecipe().cache_key()
+    assert tb.TestbedRecipe(seed=1).cache_key() != tb.TestbedRecipe().cache_key()
+    with pytest.raises(ValueError):
+        tb.TestbedRecipe(task="mul")
 
 
-def test_evaluation_helpers_are_finite_and_deterministic(tmp_path):
+def test_load_or_pretrain_writes_cache_and_reloads_without_training(tmp_path, monkeypatch):
+    calls = []
+    real = tb.pretrain
+    monkeypatch.setattr(tb, "pretrain", lambda *a, **k: calls.append(1) or real(*a, **k))
+    m1, tok1 = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path), progress=False)
+    entry = tmp_path / SMALL.cache_key()
+    assert calls == [1] and (entry / "config.json").exists() and (entry / "tokenizer.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == [SMALL.cache_key()]  # no leftover temporary folder
+
+    m2, tok2 = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path), progress=False)
+    assert calls == [1]  # served from the cache
+    assert _same_weights(m1, m2)
+    assert tok2.padding_side == "left" and tok2.get_vocab() == tok1.get_vocab()
+    assert tok2.eos_token_id == m2.config.eos_token_id and tok2.pad_token_id == m2.config.pad_token_id
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path))  # the default cache dir follows the variable
+    tb.load_or_pretrain(SMALL, progress=False)
+    assert calls == [1]
+
+
+def test_pretraining_is_deterministic_and_leaves_global_rng_alone(tmp_path):
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    m1, _ = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path / "a"), progress=False)
+    assert torch.equal(torch.get_rng_state(), state)
+    m2, _ = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path / "b"), progress=False)
+    assert _same_weights(m1, m2)
+    m3, _ = tb.load_or_pretrain(tb.TestbedRecipe(**{**SMALL.__dict__, "seed": 1}), cache_dir=str(tmp_path / "c"),
+                                progress=False)
+    assert not _same_weights(m1, m3)
+
+
+def test_sampling_helpers_deterministic_and_restore_mode(tmp_path):
     model, tok = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path), progress=False)
-    probs = tb.make_problems(8, seed=0, recipe=SMALL, split="test")
-    acc = tb.evaluate_accuracy(model, tok, probs, n_samples=2, seed=1)
-    assert 0.0 <= acc <= 1.0 and acc == tb.evaluate_accuracy(model, tok, probs, n_samples=2, seed=1)
-    h = tb.completion_entropy(model, tok, probs, n_samples=2)
-    assert 0.0 < h < 3.0
+    problems = tb.make_problems(6, seed=0, recipe=SMALL, split="test")
+    model.train()
+    acc = tb.evaluate_accuracy(model, tok, problems, n_samples=2, seed=1)
+    assert model.training and 0.0 <= acc <= 1.0
+    assert acc == tb.evaluate_accuracy(model, tok, problems, n_samples=2, seed=1)
+    texts, ents = tb.sample_completions(model, tok, problems, n_samples=2, seed=1)
+    assert len(texts) == len(ents) == 12 and all(1 <= len(e) <= 4 for e in ents)
+    h = tb.completion_entropy(model, tok, problems, n_samples=2, seed=1)
+    assert 0.0 < h <= torch.log(torch.tensor(float(len(tok)))).item() + 1e-4  # at most uniform over the vocabulary
+
+
+def test_grpo_config_kwargs_build_a_config(tmp_path):
+    from trl import GRPOConfig
+
+    kw = tb.grpo_config_kwargs()
+    assert "output_dir" not in kw and "max_steps" not in kw
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, **kw)
+    assert args.generation_batch_size % args.num_generations == 0
+    assert args.max_completion_length == tb.TestbedRecipe().digits + 2
+
+
+def test_grpo_trainer_runs_on_the_testbed(tmp_path):
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tok = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path / "cache"), progress=False)
+    train_ds, _ = tb.make_datasets(SMALL, n_train=64, n_test=8)
+    kw = {**tb.grpo_config_kwargs(SMALL), "per_device_train_batch_size": 16, "steps_per_generation": 2}
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, **kw)
+    trainer = GRPOTrainer(model=model, reward_funcs=tb.accuracy_reward, args=args, train_dataset=train_ds,
+                          processing_class=tok)
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    rows = [h for h in trainer.state.log_history if "entropy" in h]
+    assert len(rows) == 2 and all(h["entropy"] > 0 for h in rows)
+    rewards = [h["reward"] for h in rows if "reward" in h]  # logged on generation steps only
+    assert rewards and all(0.0 <= r <= 1.0 for r in rewards)

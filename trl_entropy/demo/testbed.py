@@ -1,9 +1,18 @@
-"""Offline testbed: a tiny character-level Qwen2 model, pretrained in-process on multi-digit addition.
+"""Offline testbed for GRPO entropy experiments: a tiny character-level Qwen2 model on synthetic addition.
 
-Everything is built from code (no network): a WordLevel tokenizer over digits and ``+ =``, a small ``Qwen2Config``
-model, a short supervised warm start that leaves the model *partly* competent (so GRPO has something to learn and
-entropy to lose), a train/held-out split of problems, and a verifiable exact-match reward. Deterministic given the
-recipe's seed; the pretrained weights are cached on disk keyed by the recipe.
+Everything is built from code, nothing is downloaded:
+
+* a character-level ``tokenizers`` WordLevel tokenizer (digits, ``+``, ``=``, ``<pad>``, ``<eos>``; left padding),
+* a small randomly initialised ``Qwen2ForCausalLM``,
+* a short supervised warm start (teacher forcing on ``prompt + answer + eos``, loss on the answer and eos only)
+  whose digit targets are deliberately smoothed, so that the model knows the answers (greedy accuracy ~98%) but is
+  only *partly* competent when sampled at temperature 1 (~40% exact answers, ~0.9 nats mean token entropy). GRPO
+  then sharpens it: reward rises and the completion entropy collapses, which is what the entropy controls are
+  meant to manage,
+* a train / held-out split of problems (by a hash of the problem, so the two never overlap),
+* an exact-match reward in TRL's reward-function signature, and sampled accuracy / entropy helpers.
+
+The pretrained weights are deterministic given the recipe and are cached on disk, keyed by a hash of the recipe.
 """
 
 from __future__ import annotations
@@ -12,6 +21,8 @@ import hashlib
 import json
 import math
 import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 
 import torch
@@ -20,57 +31,101 @@ __all__ = [
     "TestbedRecipe",
     "build_tokenizer",
     "build_model",
+    "pretrain",
     "load_or_pretrain",
+    "default_cache_dir",
     "make_problems",
     "make_datasets",
     "accuracy_reward",
+    "sample_completions",
     "evaluate_accuracy",
     "completion_entropy",
     "grpo_config_kwargs",
 ]
 
+PAD_TOKEN = "<pad>"
+EOS_TOKEN = "<eos>"
 CHARS = "0123456789+="
-PAD, EOS = "<pad>", "<eos>"
+ANSWER_CHARS = frozenset("0123456789")
+TASKS = ("add", "add_reversed")
+_MARKER = "testbed_recipe.json"  # written last into a cache entry: its presence means the entry is complete
+_PRETRAIN_VERSION = 1  # bump when the pretraining procedure changes, so old cache entries are not reused
 
 
 @dataclass(frozen=True)
 class TestbedRecipe:
-    """Everything that determines the pretrained weights (hashed into the cache key)."""
+    """Everything that determines the pretrained weights; hashed into the cache key.
+
+    ``task``: ``"add"`` (``"12+34=" -> "46"``) or ``"add_reversed"`` (the sum written least-significant digit
+    first, ``"12+39=" -> "15"``); operands uniform in ``[0, 10**digits)``.
+    ``label_smoothing``: soft targets for the answer digits during pretraining, ``1 - q`` on the right digit plus
+    ``q`` spread uniformly over the ten digits, with ``q`` ramped linearly from 0 (so the task is learned at full
+    speed first) to ``label_smoothing`` at the last step. It sets how much entropy the pretrained model keeps on its
+    answers and how often it is wrong when sampled at temperature 1; eos is never smoothed, so lengths stay right.
+    """
 
     __test__ = False  # not a pytest test class
 
+    task: str = "add"
     digits: int = 2
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
     num_kv_heads: int = 2
     intermediate_size: int = 128
-    sft_steps: int = 1000
+    sft_steps: int = 1500
     sft_lr: float = 3e-3
     sft_batch_size: int = 64
+    sft_warmup_steps: int = 50
+    label_smoothing: float = 0.3
     seed: int = 0
 
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}.")
+        if self.digits < 1:
+            raise ValueError(f"digits must be >= 1, got {self.digits}.")
+        if not 0.0 <= self.label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {self.label_smoothing}.")
+
     def cache_key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        return "testbed-" + hashlib.sha256(blob).hexdigest()[:12]
+        """Short stable hash of all fields (same recipe -> same key, across processes and sessions)."""
+        blob = json.dumps({**asdict(self), "_version": _PRETRAIN_VERSION}, sort_keys=True).encode()
+        return f"{self.task}-d{self.digits}-{hashlib.sha256(blob).hexdigest()[:12]}"
+
+    @property
+    def max_answer_length(self) -> int:
+        return self.digits + 1  # the sum of two numbers below 10**d has at most d + 1 digits
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tokenizer and model
 
 
 def build_tokenizer():
-    """Character-level tokenizer: each of ``0-9 + =`` is one token; pad and eos are special; left padding."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """Character-level fast tokenizer: every character of ``0-9 + =`` is one token, no special tokens added.
+
+    ``<pad>`` (id 0) is the pad token, ``<eos>`` (id 1) the eos token; padding is on the left, as GRPOTrainer needs
+    for prompts. ``decode`` joins characters without spaces.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {PAD: 0, EOS: 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token=PAD))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
+    vocab = {PAD_TOKEN: 0, EOS_TOKEN: 1}
+    for c in CHARS:
+        vocab[c] = len(vocab)
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=PAD_TOKEN, eos_token=EOS_TOKEN, padding_side="left", model_max_length=512
+    )
 
 
 def build_model(recipe: TestbedRecipe, tokenizer):
+    """A small randomly initialised ``Qwen2ForCausalLM``, seeded by ``recipe.seed`` (global RNG left untouched)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    torch.manual_seed(recipe.seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=recipe.hidden_size,
@@ -78,163 +133,310 @@ def build_model(recipe: TestbedRecipe, tokenizer):
         num_attention_heads=recipe.num_heads,
         num_key_value_heads=recipe.num_kv_heads,
         intermediate_size=recipe.intermediate_size,
-        max_position_embeddings=4 * recipe.digits + 8,
+        max_position_embeddings=max(64, 4 * recipe.digits + 16),
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
         tie_word_embeddings=True,
     )
-    return Qwen2ForCausalLM(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(recipe.seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = None
+    return model
 
 
-def _is_test(a: int, b: int) -> bool:
-    """Held-out split: a fixed fifth of all (a, b) pairs, chosen by a hash so it has no arithmetic pattern."""
-    return hashlib.md5(f"{a}+{b}".encode()).digest()[0] % 5 == 0
+# ----------------------------------------------------------------------------------------------------------------
+# Problems and reward
 
 
-def make_problems(n: int, seed: int = 0, recipe: TestbedRecipe = TestbedRecipe(), split: str = "train") -> list[dict]:
-    """``n`` problems ``{"prompt": "12+39=", "answer": "15"}`` from the split, deterministic given ``seed``.
+def _answer(a: int, b: int, task: str) -> str:
+    s = str(a + b)
+    return s[::-1] if task == "add_reversed" else s
 
-    The sum is written least-significant digit first (51 -> "15"), the usual trick that makes the carry local and
-    addition learnable by a 2-layer model in seconds.
-    """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    g = torch.Generator().manual_seed(seed * 2 + (split == "test"))
+
+def _in_test_split(prompt: str) -> bool:
+    """A fixed ~20% of all problems is held out, chosen by a hash so the split has no arithmetic pattern."""
+    return hashlib.sha256(prompt.encode()).digest()[0] < 52  # 52/256 ~ 20%
+
+
+def _draw(g: torch.Generator, n: int, recipe: TestbedRecipe, want_test: bool) -> list[dict]:
+    """``n`` problems of one split, operands drawn from ``g`` in fixed-size chunks (so prefix-stable in ``n``)."""
     hi = 10**recipe.digits
-    out = []
+    out: list[dict] = []
     while len(out) < n:
-        a, b = torch.randint(0, hi, (2,), generator=g).tolist()
-        if _is_test(a, b) == (split == "test"):
-            out.append({"prompt": f"{a}+{b}=", "answer": str(a + b)[::-1]})
+        for a, b in torch.randint(0, hi, (256, 2), generator=g).tolist():
+            prompt = f"{a}+{b}="
+            if _in_test_split(prompt) == want_test:
+                out.append({"prompt": prompt, "answer": _answer(a, b, recipe.task)})
+                if len(out) == n:
+                    break
     return out
 
 
+def make_problems(n: int, seed: int = 0, recipe: TestbedRecipe = TestbedRecipe(), split: str = "train") -> list[dict]:
+    """``n`` problems ``{"prompt": "12+34=", "answer": "46"}`` from ``split`` ("train" or "test").
+
+    Operands are drawn uniformly (with replacement) from ``[0, 10**digits)``, deterministic given ``seed``; a shorter
+    list is a prefix of a longer one. The two splits are disjoint for every seed.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+    want_test = split == "test"
+    g = torch.Generator().manual_seed(2 * int(seed) + int(want_test))
+    return _draw(g, n, recipe, want_test)
+
+
 def make_datasets(recipe: TestbedRecipe = TestbedRecipe(), n_train: int = 4096, n_test: int = 256, seed: int = 0):
+    """``(train, test)`` ``datasets.Dataset`` objects with columns ``prompt`` and ``answer``."""
     from datasets import Dataset
 
-    train = make_problems(n_train, seed, recipe, "train")
-    test = make_problems(n_test, seed, recipe, "test")
+    train = make_problems(n_train, seed=seed, recipe=recipe, split="train")
+    test = make_problems(n_test, seed=seed, recipe=recipe, split="test")
     return Dataset.from_list(train), Dataset.from_list(test)
 
 
+def _extract_answer(completion) -> str:
+    """The answer part of a completion: stripped, cut at an eos marker and at the first non-answer character."""
+    text = str(completion).split(EOS_TOKEN, 1)[0].strip()
+    for i, ch in enumerate(text):
+        if ch not in ANSWER_CHARS:
+            return text[:i]
+    return text
+
+
 def accuracy_reward(completions, answer, **kwargs) -> list[float]:
-    """1.0 when the completion is exactly the answer (surrounding whitespace ignored), else 0.0."""
-    return [1.0 if str(c).strip() == str(a) else 0.0 for c, a in zip(completions, answer)]
+    """TRL reward function: 1.0 where the completion's answer equals ``answer`` exactly, else 0.0.
+
+    ``completions`` are plain strings (non-conversational prompts); ``answer`` is the dataset column, passed through
+    by GRPOTrainer. Surrounding whitespace is ignored and the completion is cut at the first character that cannot be
+    part of an answer (``"46+"`` counts as ``"46"``, ``"466"`` does not); an empty answer is never correct.
+    """
+    out = []
+    for c, a in zip(completions, answer):
+        got = _extract_answer(c)
+        out.append(1.0 if got and got == str(a).strip() else 0.0)
+    return out
 
 
-def _sft_batch(tokenizer, problems, device):
-    texts = [p["prompt"] + p["answer"] for p in problems]
-    ids = [tokenizer(t, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for t in texts]
-    width = max(len(x) for x in ids)
-    input_ids = torch.full((len(ids), width), tokenizer.pad_token_id)
-    labels = torch.full((len(ids), width), -100)
-    attention = torch.zeros((len(ids), width), dtype=torch.long)
-    for i, (x, p) in enumerate(zip(ids, problems)):
-        input_ids[i, : len(x)] = torch.tensor(x)
-        attention[i, : len(x)] = 1
-        start = len(p["prompt"])
-        labels[i, start : len(x)] = torch.tensor(x[start:])  # loss on the answer and eos only
-    return input_ids.to(device), attention.to(device), labels.to(device)
+# ----------------------------------------------------------------------------------------------------------------
+# Pretraining and cache
+
+
+def _sft_batch(tokenizer, problems: list[dict]):
+    """Right-padded teacher-forcing batch; labels only on the answer tokens and eos."""
+    vocab = tokenizer.get_vocab()
+    seqs, starts = [], []
+    for p in problems:
+        seqs.append([vocab[c] for c in p["prompt"] + p["answer"]] + [tokenizer.eos_token_id])
+        starts.append(len(p["prompt"]))
+    width = max(len(s) for s in seqs)
+    input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for i, (s, start) in enumerate(zip(seqs, starts)):
+        t = torch.tensor(s, dtype=torch.long)
+        input_ids[i, : len(s)] = t
+        attention_mask[i, : len(s)] = 1
+        labels[i, start : len(s)] = t[start:]
+    return input_ids, attention_mask, labels
+
+
+def _sft_loss(model, tokenizer, problems: list[dict], smoothing: float) -> torch.Tensor:
+    """Mean cross-entropy over answer tokens and eos. Answer digits get soft targets: ``1 - smoothing`` on the right
+    digit plus ``smoothing`` spread uniformly over the ten digits; eos keeps a one-hot target."""
+    input_ids, attention_mask, labels = _sft_batch(tokenizer, problems)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    labels = labels[:, 1:]
+    sel = labels != -100
+    logp = torch.log_softmax(logits[sel], dim=-1)  # (N, V)
+    tgt = labels[sel]
+    nll = -logp.gather(1, tgt[:, None]).squeeze(1)
+    if smoothing > 0:
+        digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list("0123456789")))
+        is_digit = torch.isin(tgt, digit_ids)
+        uniform = -logp[:, digit_ids].mean(1)
+        nll = torch.where(is_digit, (1 - smoothing) * nll + smoothing * uniform, nll)
+    return nll.mean()
 
 
 def pretrain(recipe: TestbedRecipe, tokenizer, progress: bool = True):
-    """Short supervised warm start (teacher forcing on answers), deliberately stopped early."""
-    model = build_model(recipe, tokenizer)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.0)
-    problems = make_problems(recipe.sft_steps * recipe.sft_batch_size, recipe.seed + 1000, recipe, "train")
-    iterator = range(recipe.sft_steps)
-    if progress:
-        from tqdm.auto import tqdm
+    """Short supervised warm start in plain PyTorch, deterministic given ``recipe.seed``; returns the model.
 
-        iterator = tqdm(iterator, desc="pretraining testbed model", dynamic_ncols=True)
-    for step in iterator:
-        batch = problems[step * recipe.sft_batch_size : (step + 1) * recipe.sft_batch_size]
-        input_ids, attention, labels = _sft_batch(tokenizer, batch, "cpu")
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+    Each step draws a fresh batch of train-split problems from a seeded ``torch.Generator`` and takes one AdamW step
+    on the cross-entropy of the answer tokens and eos, digit targets smoothed by a linear ramp up to
+    ``recipe.label_smoothing`` (see ``TestbedRecipe``); linear warmup, then cosine decay to 10% of ``sft_lr``;
+    gradient norm clipped at 1. The global RNG state is restored afterwards.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(recipe.seed)
+        model = build_model(recipe, tokenizer)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, betas=(0.9, 0.98), weight_decay=0.0)
+        warm = max(1, min(recipe.sft_warmup_steps, recipe.sft_steps))
+
+        def lr_factor(step):
+            if step < warm:
+                return (step + 1) / warm
+            frac = (step - warm) / max(1, recipe.sft_steps - warm)
+            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+        g = torch.Generator().manual_seed(0x5EED_0000 + recipe.seed)  # a data stream of its own
+        steps = range(recipe.sft_steps)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(steps, desc="pretraining testbed model", dynamic_ncols=True, leave=False)
+            steps = bar
+        for step in steps:
+            batch = _draw(g, recipe.sft_batch_size, recipe, want_test=False)
+            smoothing = recipe.label_smoothing * step / max(1, recipe.sft_steps - 1)  # ramp 0 -> label_smoothing
+            loss = _sft_loss(model, tokenizer, batch, smoothing)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            if bar is not None:
+                bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        if bar is not None:
+            bar.close()
     model.eval()
     return model
 
 
 def default_cache_dir() -> str:
-    return os.environ.get("TRL_ENTROPY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trl_entropy",
-                                                               "testbed")
+    """``$TRL_ENTROPY_CACHE`` if set, else ``~/.cache/trl_entropy/testbed``."""
+    env = os.environ.get("TRL_ENTROPY_CACHE")
+    return env if env else os.path.join(os.path.expanduser("~"), ".cache", "trl_entropy", "testbed")
 
 
 def load_or_pretrain(recipe: TestbedRecipe = TestbedRecipe(), cache_dir: str | None = None, progress: bool = True):
-    """(model, tokenizer): loaded from the cache when present, else pretrained and saved there."""
-    from transformers import Qwen2ForCausalLM
+    """``(model, tokenizer)`` from ``cache_dir/<recipe.cache_key()>`` if present, else pretrained and saved there.
 
-    tokenizer = build_tokenizer()
-    path = os.path.join(cache_dir or default_cache_dir(), recipe.cache_key())
-    if os.path.exists(os.path.join(path, "recipe.json")):
-        model = Qwen2ForCausalLM.from_pretrained(path)
-        return model, tokenizer
-    with torch.random.fork_rng():
+    Both are saved with ``save_pretrained`` and always returned as loaded from disk, so a fresh and a cached call
+    give the same objects. The entry is written to a temporary folder and renamed into place, so concurrent callers
+    (e.g. several ranks) never read a half-written entry.
+    """
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+    root = cache_dir or default_cache_dir()
+    path = os.path.join(root, recipe.cache_key())
+    if not os.path.exists(os.path.join(path, _MARKER)):
+        tokenizer = build_tokenizer()
         model = pretrain(recipe, tokenizer, progress=progress)
-    os.makedirs(path, exist_ok=True)
-    model.save_pretrained(path)
-    with open(os.path.join(path, "recipe.json"), "w") as f:  # written last: marks a complete cache entry
-        json.dump(asdict(recipe), f)
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".tmp-{recipe.cache_key()}-", dir=root)
+        try:
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the entry should read like any other cache folder
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            with open(os.path.join(tmp, _MARKER), "w") as f:
+                json.dump(asdict(recipe), f, indent=2, sort_keys=True)
+            if os.path.isdir(path) and not os.path.exists(os.path.join(path, _MARKER)):
+                shutil.rmtree(path, ignore_errors=True)  # a stale, incomplete entry
+            try:
+                os.rename(tmp, path)
+            except OSError:
+                if not os.path.exists(os.path.join(path, _MARKER)):  # not a concurrent writer that won the race
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    model = Qwen2ForCausalLM.from_pretrained(path)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    tokenizer.padding_side = "left"
     return model, tokenizer
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation helpers
+
+
 @torch.no_grad()
-def _sample(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed, batch_size):
-    """Sampled completions (strings) and, per completion, the token entropies of the sampling distribution."""
+def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0, max_new_tokens=None, seed=0,
+                       batch_size=64):
+    """Sample ``n_samples`` completions per problem (problem-major order).
+
+    Returns ``(texts, entropies)``: the decoded completions (special tokens skipped) and, per completion, the token
+    entropies (nats) of the sampling distribution ``softmax(logits / temperature)`` at each generated token up to and
+    including the first eos: the tokens GRPOTrainer's ``entropy`` metric averages over. Deterministic given ``seed``
+    (the global RNG state is restored afterwards); the model's train/eval mode is restored.
+    """
+    from transformers import GenerationConfig
+
+    if max_new_tokens is None:
+        max_new_tokens = max(len(str(p["answer"])) for p in problems) + 1
+    gen_config = GenerationConfig(
+        do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        output_logits=True, return_dict_in_generate=True,
+    )
+    prompts = [p["prompt"] for p in problems for _ in range(n_samples)]
     was_training = model.training
     model.eval()
-    texts, entropies = [], []
-    prompts = [p["prompt"] for p in problems for _ in range(n_samples)]
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        for i in range(0, len(prompts), batch_size):
-            enc = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
-            out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id, output_scores=True, return_dict_in_generate=True)
-            gen = out.sequences[:, enc.input_ids.shape[1]:]
-            texts += tokenizer.batch_decode(gen, skip_special_tokens=True)
-            scores = torch.stack(out.scores, dim=1).float()  # (B, T, V): tiny vocabulary here
-            logp = torch.log_softmax(scores, dim=-1)
-            ent = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
-            # tokens up to and including the first eos
-            is_eos = gen == tokenizer.eos_token_id
-            after = (is_eos.cumsum(1) - is_eos.long()) > 0
-            entropies += [(e[~a]).tolist() for e, a in zip(ent, after)]
-    model.train(was_training)
+    texts: list[str] = []
+    entropies: list[list[float]] = []
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for i in range(0, len(prompts), batch_size):
+                enc = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True,
+                                add_special_tokens=False, padding_side="left")
+                enc = {k: v.to(model.device) for k, v in enc.items()}
+                out = model.generate(**enc, generation_config=gen_config)
+                gen = out.sequences[:, enc["input_ids"].shape[1]:]
+                logits = torch.stack(out.logits, dim=1).float() / temperature
+                logp = torch.log_softmax(logits, dim=-1)
+                ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1)  # (B, T)
+                is_eos = (gen == tokenizer.eos_token_id).long()
+                keep = (is_eos.cumsum(1) - is_eos) == 0  # up to and including the first eos
+                texts += tokenizer.batch_decode(gen, skip_special_tokens=True)
+                entropies += [e[k].tolist() for e, k in zip(ent.cpu(), keep.cpu())]
+    finally:
+        model.train(was_training)
     return texts, entropies
 
 
 def evaluate_accuracy(model, tokenizer, problems, n_samples=4, temperature=1.0, max_new_tokens=None, seed=0,
-                      batch_size=256) -> float:
-    """Sampled exact-match accuracy, averaged over problems and samples."""
-    max_new_tokens = max_new_tokens or max(len(p["answer"]) for p in problems) + 2
-    texts, _ = _sample(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed, batch_size)
+                      batch_size=64) -> float:
+    """Sampled exact-match accuracy (mean over problems and samples), deterministic given ``seed``."""
+    texts, _ = sample_completions(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed,
+                                  batch_size)
     answers = [p["answer"] for p in problems for _ in range(n_samples)]
-    return sum(accuracy_reward(texts, answers)) / len(texts)
+    return sum(accuracy_reward(texts, answers)) / max(1, len(texts))
 
 
-def completion_entropy(model, tokenizer, problems, n_samples=4, temperature=1.0, seed=0, batch_size=256) -> float:
-    """Token-mean entropy (nats) of the model's sampled completions: the quantity the controls track."""
-    max_new_tokens = max(len(p["answer"]) for p in problems) + 2
-    _, ents = _sample(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed, batch_size)
+def completion_entropy(model, tokenizer, problems, n_samples=4, temperature=1.0, max_new_tokens=None, seed=0,
+                       batch_size=64) -> float:
+    """Mean token entropy (nats) over all tokens of sampled completions, eos included: the quantity GRPOTrainer
+    logs as ``entropy`` (there, on its training batch)."""
+    _, ents = sample_completions(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed,
+                                 batch_size)
     flat = [x for e in ents for x in e]
-    return sum(flat) / max(1, len(flat)) if flat else math.nan
+    return sum(flat) / len(flat) if flat else math.nan
 
 
 def grpo_config_kwargs(recipe: TestbedRecipe = TestbedRecipe()) -> dict:
-    """GRPOConfig keyword arguments that run well on this testbed on CPU (no output_dir / max_steps)."""
+    """``trl.GRPOConfig`` keyword arguments that run well on this testbed on CPU (no ``output_dir``/``max_steps``).
+
+    8 prompts x 8 completions per optimizer step, on-policy (add ``steps_per_generation`` or ``num_iterations`` for
+    off-policy updates); completions long enough for the longest answer plus eos. With the default recipe and
+    ``learning_rate=2e-4``, plain GRPOTrainer halves the mean token entropy (~0.88 -> ~0.45 nats) in ~50-60 steps
+    while the reward rises from ~0.42 to ~0.7; ~80 ms per on-policy step on 2 CPU cores.
+    """
     return dict(
-        max_completion_length=recipe.digits + 2,
+        max_completion_length=recipe.max_answer_length + 1,
         num_generations=8,
         per_device_train_batch_size=64,
-        learning_rate=1e-3,
+        learning_rate=2e-4,
         lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
         temperature=1.0,
         top_k=0,
         top_p=1.0,
@@ -243,6 +445,7 @@ def grpo_config_kwargs(recipe: TestbedRecipe = TestbedRecipe()) -> dict:
         report_to="none",
         use_cpu=True,
         bf16=False,
+        fp16=False,
         save_strategy="no",
         disable_tqdm=True,
         dataloader_num_workers=0,
