@@ -23,6 +23,9 @@ CONTROLS = {
     "entrocraft_lagged": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
                               entrocraft_entropy_source="extra_pass"),
     "positive_reweight": dict(entropy_control="positive_reweight", entropy_schedule_start=2.6),
+    "kl_cov": dict(entropy_control="kl_cov", kl_cov_ratio=0.1),
+    "clip_cov": dict(entropy_control="clip_cov", clip_cov_ratio=0.1, clip_cov_lb=-10.0, clip_cov_ub=10.0),
+    "entropic": dict(entropy_control="entropic", entropy_schedule_start=2.6, entropic_high_prob_threshold=0.05),
 }
 
 

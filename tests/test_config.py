@@ -57,9 +57,12 @@ def test_invalid_configs_name_the_field(kw, field):
     assert field in str(err.value)
 
 
-def test_unimplemented_control_is_rejected_clearly():
-    with pytest.raises(ValueError, match="not implemented"):
-        cfg(entropy_control="kl_cov")
+def test_every_control_name_is_implemented_and_registered():
+    from trl_entropy.controls import CONTROL_REGISTRY
+    from trl_entropy.trainers.grpo_entropy_config import ENTROPY_CONTROLS, IMPLEMENTED_CONTROLS
+
+    assert set(IMPLEMENTED_CONTROLS) == set(ENTROPY_CONTROLS)
+    assert set(CONTROL_REGISTRY) == set(ENTROPY_CONTROLS) - {"none"}
 
 
 def test_trl_adaptive_entropy_with_opt_in():

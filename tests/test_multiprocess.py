@@ -21,7 +21,10 @@ torchrun = shutil.which("torchrun")
 
 
 @pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")
-@pytest.mark.parametrize("control", ["adaptive_clip", "entrocraft", "entrocraft_lagged", "positive_reweight"])
+@pytest.mark.parametrize(
+    "control",
+    ["adaptive_clip", "entrocraft", "entrocraft_lagged", "positive_reweight", "kl_cov", "clip_cov", "entropic"],
+)
 def test_two_processes_agree_at_every_step(tmp_path, control):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
@@ -43,3 +46,10 @@ def test_two_processes_agree_at_every_step(tmp_path, control):
     assert len(r0["rows"]) == 4
     assert r0["rows"] == r1["rows"]  # knob, controller state, measured entropy and target: bit-identical
     assert r0["metrics"] == r1["metrics"]
+    if control == "kl_cov":  # cov_scope="global": exactly the global quota over both processes' tokens each step
+        steps = [m for m in r0["metrics"] if "entropy_control/selected_tokens" in m]
+        assert len(steps) == 4
+        for m in steps:
+            selected, fraction = m["entropy_control/selected_tokens"], m["entropy_control/selected_fraction"]
+            valid = round(selected / fraction)
+            assert selected == max(1, int(0.1 * valid)) and selected >= 2

@@ -10,6 +10,10 @@ Hooks (see docs in README, "Architecture"):
   pre-update rollout entropy, the target and the rollouts' global offset.
 * ``advantage_weights(advantages, ctx)`` (B, per step): per micro-batch, multiplicative weights on the sequence
   advantages (equal to per-token weights, since the surrogate is linear in the advantage).
+* ``token_hooks(...)``           (C, per token): per micro-batch, a :class:`~trl_entropy.losses.policy_loss.TokenHooks`
+  for our own loss path (Clip-Cov, KL-Cov, EntroPIC); only controls with ``uses_token_hooks`` switch the trainer to
+  that path. ``step_counts()`` returns local counts the trainer sums across processes at each optimizer-step
+  boundary and passes to ``step_metrics(totals)``.
 * ``metrics()``                 extra scalars to log under ``entropy_control/``.
 * ``state_dict()`` / ``load_state_dict()``: everything needed to resume exactly.
 
@@ -23,9 +27,22 @@ from typing import Callable
 
 import torch
 
+import math
+
 from .losses import band_from_target, entrocraft_acceptance, entrocraft_sign, sign_weights
+from .losses.covariance import (
+    clip_cov_selection,
+    kl_cov_selection,
+    kl_cov_threshold,
+    masked_sums,
+    means_from_sums,
+    ppo_clipped_tokens,
+    selection_quota,
+    token_covariance,
+)
+from .losses.policy_loss import TokenHooks
 from .losses.reweighting import positive_reweight_progression
-from .scheduling.controllers import AdaptiveClipController, LambdaStepController
+from .scheduling.controllers import AdaptiveClipController, LambdaStepController, PIController
 
 __all__ = [
     "EntropyControl",
@@ -33,6 +50,10 @@ __all__ = [
     "EntrocraftControl",
     "PositiveReweightControl",
     "WReinforceControl",
+    "ClipCovControl",
+    "KLCovControl",
+    "EntropicControl",
+    "TokenBatch",
     "RolloutContext",
     "RolloutDecision",
     "CONTROL_REGISTRY",
@@ -69,6 +90,8 @@ class EntropyControl:
     knob_name: str | None = None
     uses_rollouts: bool = False  # implements transform_rollouts
     uses_advantage_weights: bool = False  # implements advantage_weights
+    uses_token_hooks: bool = False  # implements token_hooks (the trainer then computes the loss on our own path)
+    needs_step_plan: bool = False  # implements plan_window (selection decided once per optimizer step, globally)
 
     def __init__(self, args):
         self.args = args
@@ -92,6 +115,16 @@ class EntropyControl:
 
     def advantage_weights(self, advantages: torch.Tensor, step: int, total_steps: int) -> torch.Tensor | None:
         return None
+
+    def token_hooks(self, batch: "TokenBatch", planned: torch.Tensor | None = None) -> TokenHooks | None:
+        return None
+
+    def step_counts(self) -> dict[str, float]:
+        """Local counts of the optimizer step that just ended (reset on read); the trainer sums them globally."""
+        return {}
+
+    def step_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        return {}
 
     def metrics(self) -> dict[str, float]:
         return {}
@@ -282,6 +315,261 @@ class WReinforceControl(EntropyControl):
     @property
     def knob(self):
         return self.args.w_reinforce_lambda
+
+
+@dataclass
+class TokenBatch:
+    """What a token-hook control sees of one micro-batch (all detached).
+
+    ``logps``/``old_logps`` (B, T) current and sampling-policy log-probs (``old_logps == logps`` on-policy);
+    ``advantages`` (B, 1) or (B, T); ``mask`` (B, T) bool loss mask; ``epsilon_low``/``epsilon_high`` and
+    ``importance_sampling_level`` as the trainer uses them for this micro-batch.
+    """
+
+    logps: torch.Tensor
+    old_logps: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    importance_sampling_level: str = "token"
+
+
+def _cat_batches(batches: list[TokenBatch]) -> TokenBatch:
+    """Stack micro-batches of one generation batch (same T) along the batch dimension."""
+    first = batches[0]
+    adv = [b.advantages for b in batches]
+    if len({a.shape[1] for a in adv}) > 1:  # mix of (B, 1) and (B, T): broadcast all to (B, T)
+        adv = [a.expand_as(b.mask) for a, b in zip(adv, batches)]
+    return TokenBatch(
+        logps=torch.cat([b.logps for b in batches]),
+        old_logps=torch.cat([b.old_logps for b in batches]),
+        advantages=torch.cat(adv),
+        mask=torch.cat([b.mask for b in batches]),
+        epsilon_low=first.epsilon_low,
+        epsilon_high=first.epsilon_high,
+        importance_sampling_level=first.importance_sampling_level,
+    )
+
+
+class TokenHookControl(EntropyControl):
+    """Base of the controls that change the per-token loss. Counts selected and valid tokens per step."""
+
+    uses_token_hooks = True
+
+    def __init__(self, args):
+        super().__init__(args)
+        self._selected = 0.0
+        self._valid = 0.0
+
+    def _count(self, selected: torch.Tensor, mask: torch.Tensor) -> None:
+        self._selected += float((selected & mask).sum())
+        self._valid += float(mask.sum())
+
+    def step_counts(self):
+        counts = {"selected": self._selected, "valid": self._valid}
+        self._selected = self._valid = 0.0
+        return counts
+
+    def step_metrics(self, totals):
+        valid = totals.get("valid", 0.0)
+        return {
+            "selected_tokens": totals.get("selected", 0.0),
+            "selected_fraction": totals["selected"] / valid if valid > 0 else 0.0,
+        }
+
+
+class CovarianceControl(TokenHookControl):
+    """Shared machinery of Clip-Cov and KL-Cov (Cui et al. 2025): covariance, scope, quota.
+
+    Scope (``args.cov_scope``):
+
+    * ``"local"`` -- as verl: means, quota and selection per micro-batch and per process, from the log-probs of the
+      loss forward itself.
+    * ``"global"`` -- once per optimizer step, over all completion tokens of the step's micro-batches on all
+      processes: the trainer runs one extra no-grad forward of the current policy over the step's micro-batches (the
+      parameters do not change within a step, so these are the log-probs the loss sees), and calls
+      :meth:`plan_window`, which all-reduces the (sum, count) for the means, takes the quota from the global valid
+      count, and selects globally (KL-Cov: exact global top-k through a threshold from the gathered per-process top-k
+      values; Clip-Cov: one uniform draw over the global candidate list from a generator seeded identically on every
+      process). The result is the same on every process and does not depend on the micro-batch size.
+
+    ``ratio == 0`` selects nothing (deliberate: the reference's ``max(1, int(ratio * n))`` would still select one
+    token per micro-batch; 0 is our "switched off").
+    """
+
+    needs_step_plan = False
+    ratio_name = ""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.scope = getattr(args, "cov_scope", "global")
+        self.needs_step_plan = self.scope == "global"
+        self.draws = 0  # generator counter, identical on every process (global) / per process (local)
+        self.rank = 0
+
+    @property
+    def ratio(self) -> float:
+        return float(getattr(self.args, self.ratio_name))
+
+    def quota(self, n_valid: int) -> int:
+        return 0 if self.ratio == 0.0 else selection_quota(self.ratio, n_valid)
+
+    def _generator(self, rank: int = 0) -> torch.Generator:
+        seed = _mix_seed(int(self.args.seed) + 104_729 * rank, self.draws)
+        self.draws += 1
+        return torch.Generator(device="cpu").manual_seed(seed)
+
+    # one subclass method: the selection, given covariance and (local or global) quota
+    def select(self, cov, batch: TokenBatch, k: int, *, offset=None, total=None, generator=None, gather=None):
+        raise NotImplementedError
+
+    def candidate_mask(self, batch: TokenBatch) -> torch.Tensor:
+        return batch.mask
+
+    def token_hooks(self, batch, planned=None):
+        if planned is None:  # local scope: per micro-batch, from this forward's log-probs
+            cov = token_covariance(batch.logps, batch.advantages, batch.mask)
+            k = min(self.quota(int(batch.mask.sum())), int(batch.mask.sum()))
+            selected = self.select(cov, batch, k, generator=self._generator(self.rank))
+        else:
+            selected = planned.to(batch.mask.device) & batch.mask
+        self._count(selected, batch.mask)
+        return self.hooks_from(selected)
+
+    def hooks_from(self, selected: torch.Tensor) -> TokenHooks:
+        raise NotImplementedError
+
+    def plan_window(self, batches: list[TokenBatch], reduce_sum, gather) -> list[torch.Tensor]:
+        """Global selection over the micro-batches of one optimizer step (all processes call this together).
+
+        Args:
+            batches: this process's micro-batches of the step (same T), log-probs of the current policy.
+            reduce_sum: ``tensor -> tensor`` summed over processes. gather: ``tensor -> tensor`` concatenated over
+                processes along dim 0 (same shape on every process).
+
+        Returns:
+            one (B, T) bool selection per micro-batch.
+        """
+        batch = _cat_batches(batches)
+        mask = batch.mask
+        sums_dtype = torch.float64 if batch.logps.device.type != "mps" else torch.float32
+        sums = reduce_sum(masked_sums(batch.logps, batch.advantages, mask, dtype=sums_dtype))
+        stats = means_from_sums(sums)
+        cov = token_covariance(batch.logps, batch.advantages, mask, stats=stats)
+        k = self.quota(int(round(float(sums[2]))))
+        selected = self.select(cov, batch, k, gather=gather, generator=self._generator(0))
+        return list(torch.split(selected, [b.mask.shape[0] for b in batches]))
+
+
+@register_control("kl_cov")
+class KLCovControl(CovarianceControl):
+    """KL-Cov (Cui et al. 2025): the top-k tokens by covariance get ``-A r + coef |logp - old|``, unclipped."""
+
+    ratio_name = "kl_cov_ratio"
+    knob_name = None
+
+    def select(self, cov, batch, k, *, offset=None, total=None, generator=None, gather=None):
+        mask = batch.mask
+        if gather is None:
+            return kl_cov_selection(cov, mask, self.ratio, k=k)
+        if k == 0:
+            return torch.zeros_like(mask)
+        # exact global top-k: every process contributes its own top-k values (the global top-k lies in their union)
+        values = cov[mask]
+        m = min(k, values.numel())
+        local = torch.full((k,), -math.inf, dtype=torch.float64, device=cov.device)
+        if m > 0:
+            local[:m] = torch.topk(values.double(), m, largest=True, sorted=True).values
+        gathered = gather(local)
+        gathered = gathered[torch.isfinite(gathered)]
+        threshold = kl_cov_threshold(gathered, k)
+        return mask & (cov.double() >= threshold)
+
+    def hooks_from(self, selected):
+        return TokenHooks(kl_cov_mask=selected, kl_cov_coef=float(self.args.kl_cov_coef))
+
+    def state_dict(self):
+        return {"draws": self.draws}
+
+    def load_state_dict(self, state):
+        self.draws = int(state.get("draws", 0))
+
+
+@register_control("clip_cov")
+class ClipCovControl(CovarianceControl):
+    """Clip-Cov (Cui et al. 2025): a random few tokens with ``lb < cov < ub`` contribute no gradient.
+
+    Tokens the PPO clip already cuts (``clip_by_origin`` in the reference) are not candidates; the quota counts all
+    valid tokens, as in the reference.
+    """
+
+    ratio_name = "clip_cov_ratio"
+
+    def select(self, cov, batch, k, *, offset=None, total=None, generator=None, gather=None):
+        clipped = ppo_clipped_tokens(
+            batch.logps,
+            batch.old_logps,
+            batch.advantages,
+            batch.mask,
+            batch.epsilon_low,
+            batch.epsilon_high,
+            batch.importance_sampling_level,
+        )
+        candidates_mask = batch.mask & ~clipped
+        lb, ub = float(self.args.clip_cov_lb), float(self.args.clip_cov_ub)
+        if gather is None:
+            return clip_cov_selection(cov, candidates_mask, self.ratio, lb, ub, generator, k=k)
+        n_local = (candidates_mask & (cov > lb) & (cov < ub)).sum()
+        counts = gather(n_local.reshape(1).to(torch.int64)).cpu().tolist()
+        rank = int(getattr(self, "rank", 0))
+        return clip_cov_selection(
+            cov,
+            candidates_mask,
+            self.ratio,
+            lb,
+            ub,
+            generator,
+            k=k,
+            candidate_offset=int(sum(counts[:rank])),
+            total_candidates=int(sum(counts)),
+        )
+
+    def hooks_from(self, selected):
+        return TokenHooks(detach_mask=selected)
+
+    def state_dict(self):
+        return {"draws": self.draws}
+
+    def load_state_dict(self, state):
+        self.draws = int(state.get("draws", 0))
+
+
+@register_control("entropic")
+class EntropicControl(TokenHookControl, ControllerControl):
+    """EntroPIC (Yang et al. 2025): a PI controller sets alpha from the global measured entropy each optimizer
+    step; the loss gets ``alpha * mean_hp(-r |A|)`` over the tokens with probability above
+    ``entropic_high_prob_threshold`` (the reference's additive term, its own normaliser, unclipped ratio)."""
+
+    follows_target = True
+    knob_name = "alpha"
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.controller = PIController(kp=args.entropic_kp, ki=args.entropic_ki)
+        self.log_threshold = math.log(float(args.entropic_high_prob_threshold))
+
+    def observe(self, measured, target):
+        if target is not None:
+            self.controller.update(measured, target)
+
+    def token_hooks(self, batch, planned=None):
+        high_prob = batch.mask & (batch.logps > self.log_threshold)
+        self._count(high_prob, batch.mask)
+        return TokenHooks(adjust_mask=high_prob, adjust_alpha=self.controller.value)
+
+    def metrics(self):
+        return {"pi_integral": self.controller.integral}
 
 
 def build_control(args) -> EntropyControl | None:

@@ -12,6 +12,7 @@ from .covariance import (
     kl_cov_threshold,
     masked_sums,
     means_from_sums,
+    ppo_clipped_tokens,
     selection_quota,
     token_covariance,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "masked_sums",
     "means_from_sums",
     "positive_reweight_progression",
+    "ppo_clipped_tokens",
     "selection_quota",
     "sign_weights",
     "token_covariance",

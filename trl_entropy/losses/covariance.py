@@ -43,6 +43,7 @@ __all__ = [
     "kl_cov_threshold",
     "clip_cov_selection",
     "selection_quota",
+    "ppo_clipped_tokens",
 ]
 
 
@@ -392,3 +393,35 @@ def clip_cov_selection(
     if local.numel() > 0:
         selected.view(-1)[idx[local.to(cov.device)]] = True
     return selected
+
+
+def ppo_clipped_tokens(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    importance_sampling_level: str = "token",
+) -> torch.Tensor:
+    """Tokens whose PPO surrogate is on the clipped branch (verl Clip-Cov's ``clip_by_origin``), (B, T) bool.
+
+    ``-A * clip(r, 1 - eps_low, 1 + eps_high) > -A * r`` on valid tokens, with ``r = exp(logp - old_logp)`` at token
+    level, or the sequence ratio ``exp(mean_t(logp - old_logp))`` broadcast over the tokens at ``"sequence"`` level
+    (GSPO; the reference only has token level). Clip-Cov removes these tokens from its candidates. On-policy
+    (``old_logps == logps``) nothing is clipped.
+    """
+    valid = _valid_mask(mask)
+    _check_same_shape("logps", logps, mask)
+    _check_same_shape("old_logps", old_logps, mask)
+    adv = _broadcast_advantages(advantages, mask).detach().to(logps.device)
+    log_ratio = (logps.detach() - old_logps.detach()).masked_fill(~valid, 0.0)
+    if importance_sampling_level == "sequence":
+        n = valid.sum(-1, keepdim=True).clamp(min=1)
+        log_ratio = (log_ratio.sum(-1, keepdim=True) / n).expand_as(log_ratio)
+    elif importance_sampling_level != "token":
+        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {importance_sampling_level!r}.")
+    ratio = torch.exp(log_ratio)
+    pg1 = -adv * ratio
+    pg2 = -adv * torch.clamp(ratio, 1 - float(epsilon_low), 1 + float(epsilon_high))
+    return (pg2 > pg1) & valid

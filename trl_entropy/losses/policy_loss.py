@@ -52,6 +52,7 @@ __all__ = [
     "clipped_surrogate",
     "compute_grpo_loss",
     "entropy_bonus",
+    "high_prob_adjustment",
     "log_importance_weights",
     "loss_mask",
     "off_policy_sequence_mask",
@@ -128,6 +129,12 @@ class TokenHooks:
         kl_cov_mask: (B, T) bool, KL-Cov: on these tokens the surrogate is ``-A * r + kl_cov_coef * |logp - old|``
             with the unclipped ratio ``r`` (no PPO clip and no ``delta`` cap).
         kl_cov_coef: KL-Cov coefficient (verl ``ppo_kl_coef``), finite and >= 0.
+        adjust_mask: (B, T) bool, EntroPIC: the high-probability tokens of the additive adjustment
+            ``adjust_alpha * mean_{adjust_mask}(-r * |A|)`` (``r`` the unclipped importance ratio, the mean over the
+            loss tokens in ``adjust_mask`` of the micro-batch, divided by the gradient-accumulation steps in training
+            like TRL's entropy bonus, independent of ``loss_type``). Not part of the per-token surrogate: it is added
+            to the aggregated loss by :func:`compute_grpo_loss`.
+        adjust_alpha: EntroPIC's alpha, finite; 0 switches the adjustment off.
 
     Order: KL-Cov replaces the surrogate, then the weights multiply it, then Clip-Cov zeroes it (a token in both
     masks is zeroed).
@@ -137,10 +144,12 @@ class TokenHooks:
     detach_mask: Tensor | None = None
     kl_cov_mask: Tensor | None = None
     kl_cov_coef: float = 1.0
+    adjust_mask: Tensor | None = None
+    adjust_alpha: float = 0.0
 
     def validate(self, shape: tuple[int, int]) -> None:
         """Raise ``ValueError`` if a tensor field does not have the (B, T) ``shape`` or the coefficient is invalid."""
-        for name in ("token_weights", "detach_mask", "kl_cov_mask"):
+        for name in ("token_weights", "detach_mask", "kl_cov_mask", "adjust_mask"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -151,6 +160,8 @@ class TokenHooks:
         coef = float(self.kl_cov_coef)
         if not math.isfinite(coef) or coef < 0:
             raise ValueError(f"TokenHooks.kl_cov_coef must be finite and >= 0, got {self.kl_cov_coef}.")
+        if not math.isfinite(float(self.adjust_alpha)):
+            raise ValueError(f"TokenHooks.adjust_alpha must be finite, got {self.adjust_alpha}.")
 
 
 def apply_token_hooks(
@@ -377,6 +388,20 @@ def entropy_bonus(
     return (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
 
 
+def high_prob_adjustment(
+    ratio: Tensor, advantages: Tensor, adjust_mask: Tensor, *, gradient_accumulation_steps: int = 1, training: bool = True
+) -> Tensor:
+    """EntroPIC's adjustment term ``mean_{adjust_mask}(-r * |A|)`` (divided by GA in training), without alpha.
+
+    ``ratio`` is the unclipped importance ratio, (B, T) or (B, 1) (sequence level, broadcast); ``advantages`` (B, 1)
+    or (B, T); ``adjust_mask`` (B, T), the loss tokens the term covers (EntroPIC: probability above a threshold). An
+    empty mask gives 0. Normalised one way for every ``loss_type``, as TRL's entropy bonus.
+    """
+    accumulation = gradient_accumulation_steps if training else 1.0
+    per_token = -ratio * advantages.abs()
+    return (per_token * adjust_mask).sum() / adjust_mask.sum().clamp(min=1.0) / accumulation
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # the whole path
 # --------------------------------------------------------------------------------------------------------------------
@@ -523,6 +548,15 @@ def compute_grpo_loss(
         loss = loss - config.entropy_coef * entropy_bonus(
             entropies,
             bonus_mask,
+            gradient_accumulation_steps=config.gradient_accumulation_steps,
+            training=config.training,
+        )
+
+    if hooks is not None and hooks.adjust_mask is not None and float(hooks.adjust_alpha) != 0.0:
+        loss = loss + float(hooks.adjust_alpha) * high_prob_adjustment(
+            ratio,
+            advantages,
+            mask * hooks.adjust_mask.to(device=mask.device, dtype=mask.dtype),
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             training=config.training,
         )

@@ -1,5 +1,5 @@
 from .callbacks import EntropyScheduleCallback
-from .controllers import AdaptiveClipController, LambdaStepController
+from .controllers import AdaptiveClipController, LambdaStepController, PIController
 from .schedules import (
     CallableSchedule,
     ConstantSchedule,
@@ -13,6 +13,7 @@ from .schedules import (
 __all__ = [
     "AdaptiveClipController",
     "LambdaStepController",
+    "PIController",
     "CallableSchedule",
     "ConstantSchedule",
     "CosineSchedule",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["AdaptiveClipController", "LambdaStepController"]
+__all__ = ["AdaptiveClipController", "LambdaStepController", "PIController"]
 
 
 def _sign(x: float) -> int:
@@ -114,5 +114,63 @@ class LambdaStepController:
 
     def load_state_dict(self, state: dict) -> None:
         self.value = float(state["value"])
+        self.steps = int(state["steps"])
+        self.skipped = int(state.get("skipped", 0))
+
+
+class PIController:
+    """EntroPIC's proportional-integral entropy controller (Yang et al. 2025, yk7333/EntroPIC).
+
+    Per call of :meth:`update` with the error ``e = measured - target``:
+    ``alpha = clamp(ki * I + kp * e, alpha_min, alpha_max)``, then ``I <- I + e`` (the integral is updated *after*
+    it is used, as in the reference). ``alpha > 0`` (entropy above target) sharpens confident tokens and lowers the
+    entropy; ``alpha < 0`` raises it. The clamp bounds alpha only; the integral is not clamped (the reference has no
+    anti-windup).
+
+    Differences from the reference: the reference updates per micro-batch and per rank, from the micro-batch's own
+    entropy, and uses alpha on that same micro-batch; here the controller sees one global measured entropy per
+    optimizer step (identical on every process) and its alpha acts on the next optimizer step. Over one optimizer
+    step the reference's integral also grows by one (batch-size-weighted) error, so ``ki`` has the same scale.
+    Non-finite measurements are skipped (counted in ``skipped``).
+    """
+
+    def __init__(self, kp: float = 1.0, ki: float = 0.01, alpha_min: float = -1.0, alpha_max: float = 1.0):
+        for name, v in (("kp", kp), ("ki", ki)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}.")
+        if not (math.isfinite(alpha_min) and math.isfinite(alpha_max) and alpha_min <= 0.0 <= alpha_max):
+            raise ValueError(f"need finite alpha_min <= 0 <= alpha_max, got {alpha_min}, {alpha_max}.")
+        self.kp = float(kp)
+        self.ki = float(ki)
+        self.alpha_min = float(alpha_min)
+        self.alpha_max = float(alpha_max)
+        self.value = 0.0  # alpha
+        self.integral = 0.0
+        self.steps = 0
+        self.skipped = 0
+
+    def update(self, measured: float, target: float) -> float:
+        if not (math.isfinite(measured) and math.isfinite(target)):
+            self.skipped += 1
+            return self.value
+        self.steps += 1
+        error = float(measured) - float(target)
+        raw = self.ki * self.integral + self.kp * error
+        self.value = min(self.alpha_max, max(self.alpha_min, raw))
+        self.integral += error
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {
+            "value": self.value,
+            "integral": self.integral,
+            "steps": self.steps,
+            "skipped": self.skipped,
+            "config": {"kp": self.kp, "ki": self.ki, "alpha_min": self.alpha_min, "alpha_max": self.alpha_max},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = float(state["value"])
+        self.integral = float(state["integral"])
         self.steps = int(state["steps"])
         self.skipped = int(state.get("skipped", 0))

@@ -9,7 +9,13 @@ from typing import Any
 
 from trl import GRPOConfig
 
-__all__ = ["GRPOEntropyConfig", "ENTROPY_CONTROLS", "IMPLEMENTED_CONTROLS", "TARGET_FOLLOWING_CONTROLS"]
+__all__ = [
+    "GRPOEntropyConfig",
+    "ENTROPY_CONTROLS",
+    "IMPLEMENTED_CONTROLS",
+    "TARGET_FOLLOWING_CONTROLS",
+    "TOKEN_HOOK_CONTROLS",
+]
 
 # Every control name the package defines. Controls not yet implemented are rejected with a clear message.
 ENTROPY_CONTROLS = (
@@ -22,7 +28,19 @@ ENTROPY_CONTROLS = (
     "w_reinforce",
     "entropic",
 )
-IMPLEMENTED_CONTROLS = ("none", "adaptive_clip", "entrocraft", "positive_reweight", "w_reinforce")
+IMPLEMENTED_CONTROLS = (
+    "none",
+    "adaptive_clip",
+    "clip_cov",
+    "kl_cov",
+    "entrocraft",
+    "positive_reweight",
+    "w_reinforce",
+    "entropic",
+)
+# Controls that change the per-token loss (they run trl_entropy's own loss path, see losses/policy_loss.py).
+TOKEN_HOOK_CONTROLS = ("clip_cov", "kl_cov", "entropic")
+COV_SCOPES = ("global", "local")
 # Controls that follow a target entropy and therefore need a schedule.
 TARGET_FOLLOWING_CONTROLS = ("adaptive_clip", "entrocraft", "positive_reweight", "entropic")
 ENTROCRAFT_MODES = ("stochastic", "hard")
@@ -51,8 +69,10 @@ class GRPOEntropyConfig(GRPOConfig):
         entropy_control (`str`, *optional*, defaults to `"none"`):
             Which entropy control to run. `"none"`: plain GRPO. `"adaptive_clip"`: adaptive clip-higher of Wang et al.
             (Entropy Scheduling), which moves `epsilon_high` so that the measured entropy tracks the scheduled target.
-            Reserved for later releases: `"clip_cov"`, `"kl_cov"`, `"entrocraft"`, `"positive_reweight"`,
-            `"w_reinforce"`, `"entropic"`.
+            `"clip_cov"` / `"kl_cov"`: Clip-Cov / KL-Cov of Cui et al. `"entrocraft"`: rollout rejection of Li et al.
+            `"positive_reweight"`, `"w_reinforce"`: advantage-sign reweighting. `"entropic"`: EntroPIC's PI
+            controller (Yang et al.). `clip_cov`, `kl_cov` and `entropic` compute the loss on trl_entropy's own loss
+            path (equal to TRL's when they select nothing); it supports loss types grpo, bnpo, dr_grpo, dapo, luspo.
         entropy_schedule (`str`, *optional*):
             Shape of the target entropy curve: `"constant"`, `"linear"`, `"cosine"` or `"wsd"`
             (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
@@ -124,6 +144,42 @@ class GRPOEntropyConfig(GRPOConfig):
         w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
             W-REINFORCE: weight of positive-advantage rollouts (negatives get 1), in [0, 1].
 
+    > Clip-Cov / KL-Cov (`entropy_control="clip_cov"` / `"kl_cov"`, Cui et al. 2025)
+
+    Parameters:
+        cov_scope (`str`, *optional*, defaults to `"global"`):
+            Token set of the covariance statistic and the selection. `"global"`: once per optimizer step over all
+            completion tokens of the step's micro-batches on all processes (means from all-reduced sums, quota from
+            the global token count, exact global top-k / uniform draw); costs one extra no-grad forward per step.
+            `"local"`: per micro-batch and per process, from the loss forward itself, as verl and the authors' code
+            (the selected-token count then depends on the micro-batch size and the number of processes).
+        clip_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            Clip-Cov: fraction (not percent) of the valid tokens to detach, quota `max(1, int(ratio * n))`; 0 selects
+            nothing. In [0, 1].
+        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
+            Clip-Cov: candidates have covariance strictly above this bound.
+        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
+            Clip-Cov: candidates have covariance strictly below this bound; > `clip_cov_lb`.
+        kl_cov_ratio (`float`, *optional*, defaults to `0.002`):
+            KL-Cov: fraction of the valid tokens (top by covariance) that get the KL penalty; in [0, 1]; 0 selects
+            nothing. (The authors' 7B runs: `k_percent=0.2`, i.e. 0.002; verl's default is 0.0002.)
+        kl_cov_coef (`float`, *optional*, defaults to `1.0`):
+            KL-Cov: coefficient of `|logp - logp_old|` on the selected tokens (verl `ppo_kl_coef`); >= 0.
+
+    > EntroPIC (`entropy_control="entropic"`, Yang et al. 2025)
+
+    Parameters:
+        entropic_kp (`float`, *optional*, defaults to `1.0`):
+            Proportional gain of the PI controller, alpha = clamp(ki * I + kp * (H - H*), -1, 1); >= 0.
+        entropic_ki (`float`, *optional*, defaults to `0.01`):
+            Integral gain (I accumulates H - H* once per optimizer step); >= 0.
+        entropic_high_prob_threshold (`float`, *optional*, defaults to `0.95`):
+            The adjustment `alpha * mean(-r |A|)` covers the tokens with probability above this value; in (0, 1).
+
+    Clip-Cov and KL-Cov act through the importance ratio: fully on-policy (one optimizer step per generation batch,
+    `num_iterations=1`) KL-Cov reduces to plain policy gradient and Clip-Cov only drops a few tokens' gradient; the
+    config warns. Train with `steps_per_generation > gradient_accumulation_steps` or `num_iterations > 1`.
+
     Note: a clip bound only changes the gradient when the importance ratio differs from 1, that is on off-policy
     updates, i.e. when `gradient_accumulation_steps` is not a multiple of `steps_per_generation * num_iterations`
     (e.g. `steps_per_generation=4` with `gradient_accumulation_steps=1`, or `num_iterations=2`). With TRL's defaults
@@ -133,7 +189,8 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_control: str = field(
         default="none",
         metadata={
-            "help": "Entropy control: 'none' (plain GRPO) or 'adaptive_clip' (adaptive clip-higher, Wang et al.).",
+            "help": "Entropy control: 'none' (plain GRPO), 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
+            "'positive_reweight', 'w_reinforce' or 'entropic'.",
             "choices": list(ENTROPY_CONTROLS),
         },
     )
@@ -220,6 +277,30 @@ class GRPOEntropyConfig(GRPOConfig):
     )
     w_reinforce_lambda: float = field(
         default=0.1, metadata={"help": "W-REINFORCE: weight of positive-advantage rollouts, in [0, 1]."}
+    )
+
+    cov_scope: str = field(
+        default="global",
+        metadata={"help": "Clip-Cov/KL-Cov statistic scope: 'global' (whole optimizer step, all processes) or "
+                  "'local' (per micro-batch and process, as verl)."},
+    )
+    clip_cov_ratio: float = field(
+        default=2e-4, metadata={"help": "Clip-Cov: fraction of valid tokens to detach, in [0, 1]; 0 = none."}
+    )
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "Clip-Cov: lower covariance bound (strict)."})
+    clip_cov_ub: float = field(
+        default=5.0, metadata={"help": "Clip-Cov: upper covariance bound (strict), > clip_cov_lb."}
+    )
+    kl_cov_ratio: float = field(
+        default=2e-3, metadata={"help": "KL-Cov: fraction of valid tokens (top covariance) penalised, in [0, 1]."}
+    )
+    kl_cov_coef: float = field(
+        default=1.0, metadata={"help": "KL-Cov: coefficient of |logp - logp_old| on selected tokens; >= 0."}
+    )
+    entropic_kp: float = field(default=1.0, metadata={"help": "EntroPIC: proportional gain; >= 0."})
+    entropic_ki: float = field(default=0.01, metadata={"help": "EntroPIC: integral gain; >= 0."})
+    entropic_high_prob_threshold: float = field(
+        default=0.95, metadata={"help": "EntroPIC: probability above which tokens get the adjustment, in (0, 1)."}
     )
 
     def __post_init__(self):
@@ -312,6 +393,44 @@ class GRPOEntropyConfig(GRPOConfig):
                     UserWarning,
                     stacklevel=3,
                 )
+
+        self._validate_choice("cov_scope", COV_SCOPES)
+        self._validate_range("clip_cov_ratio", 0.0, 1.0)
+        self._validate_range("kl_cov_ratio", 0.0, 1.0)
+        self._validate_range("kl_cov_coef", 0.0, math.inf)
+        for name in ("clip_cov_lb", "clip_cov_ub"):
+            if not _is_number(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}.")
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            raise ValueError(
+                f"clip_cov_lb must be < clip_cov_ub, got clip_cov_lb={self.clip_cov_lb}, clip_cov_ub={self.clip_cov_ub}."
+            )
+        self._validate_range("entropic_kp", 0.0, math.inf)
+        self._validate_range("entropic_ki", 0.0, math.inf)
+        thr = self.entropic_high_prob_threshold
+        if not _is_number(thr) or not (0.0 < thr < 1.0):
+            raise ValueError(f"entropic_high_prob_threshold must be a number in (0, 1), got {thr!r}.")
+        if self.entropy_control in TOKEN_HOOK_CONTROLS:
+            if self.loss_type not in CLIPPED_LOSS_TYPES:
+                raise ValueError(
+                    f"entropy_control={self.entropy_control!r} changes the per-token loss on trl_entropy's own loss "
+                    f"path, which implements loss_type in {list(CLIPPED_LOSS_TYPES)}; got loss_type={self.loss_type!r}."
+                )
+            if self.use_adaptive_entropy:
+                raise ValueError(
+                    f"entropy_control={self.entropy_control!r} runs trl_entropy's own loss path, which does not "
+                    "implement TRL's use_adaptive_entropy; turn it off (a static entropy_coef works)."
+                )
+        if self.entropy_control in ("clip_cov", "kl_cov") and not self.is_off_policy:
+            what = "plain (unclipped) policy gradient" if self.entropy_control == "kl_cov" else "almost nothing"
+            warnings.warn(
+                f"entropy_control={self.entropy_control!r} with fully on-policy updates (one optimizer step per "
+                f"generation batch, num_iterations=1): the importance ratio is 1, so it reduces to {what}. Train as "
+                "the authors do, with several optimizer steps per generation batch (steps_per_generation > "
+                "gradient_accumulation_steps, or num_iterations > 1).",
+                UserWarning,
+                stacklevel=3,
+            )
 
         self._validate_choice("entrocraft_mode", ENTROCRAFT_MODES)
         self._validate_choice("entrocraft_normalizer", ENTROCRAFT_NORMALIZERS)

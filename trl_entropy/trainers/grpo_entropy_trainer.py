@@ -14,7 +14,12 @@ Hooks used (trl 1.16):
     keep-mask; rejected rollouts get a zero advantage and, with `entrocraft_normalizer="kept"`, leave TRL's loss
     mask through the `tool_mask` key TRL already multiplies into it (attention is untouched);
   * advantage weights (B, per step): per micro-batch, sign-dependent weights on the advantages (positive
-    reweighting, W-REINFORCE), applied to a copy so buffered generation batches are never modified in place.
+    reweighting, W-REINFORCE), applied to a copy so buffered generation batches are never modified in place;
+  * token hooks (C): controls that change the loss per token (Clip-Cov, KL-Cov, EntroPIC) make `_compute_loss`
+    run `trl_entropy.losses.policy_loss.trainer_compute_loss` (TRL's forward, our loss, equal to TRL's with the hooks
+    off) with the control's hooks; every other control keeps TRL's `_compute_loss` untouched. With
+    `cov_scope="global"` the covariance selection is planned once per optimizer step, before its first micro-batch,
+    from a no-grad forward over the step's buffered micro-batches (see `_plan_token_selection`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from ..controls import RolloutContext, build_control
+from ..controls import RolloutContext, TokenBatch, build_control
+from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.schedules import make_schedule
 from .grpo_entropy_config import GRPOEntropyConfig
@@ -80,7 +86,11 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 anneal_ratio=args.entropy_schedule_anneal_ratio,
             )
             self.add_callback(EntropyScheduleCallback(self.entropy_schedule, trainer=self))
+        self._ec_plan: dict[int, torch.Tensor] = {}  # micro-batch index (self._step) -> planned selection
+        self._ec_micro_in_step = 0  # micro-batches of the current optimizer step already computed
+        self._ec_warned_split_window = False
         if self.entropy_control is not None:
+            self.entropy_control.rank = self.accelerator.process_index
             self.entropy_control.apply(self)
 
     # ------------------------------------------------------------------ schedule (F)
@@ -208,7 +218,76 @@ class GRPOEntropyTrainer(GRPOTrainer):
         inputs = super()._prepare_inputs(generation_batch)
         if self.entropy_control is None or not self.model.training:
             return inputs
+        if self.entropy_control.needs_step_plan and self._step not in self._ec_plan:
+            self._plan_token_selection()
         return self._transform_micro_batch(inputs)
+
+    # ------------------------------------------------------------------ token hooks (C)
+    def _token_batch(self, logps, old, advantages, mask) -> TokenBatch:
+        return TokenBatch(
+            logps=logps,
+            old_logps=logps if old is None else old,
+            advantages=_as_2d_advantages(advantages),
+            mask=mask > 0,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+            importance_sampling_level=self.importance_sampling_level,
+        )
+
+    @torch.no_grad()
+    def _plan_token_selection(self) -> None:
+        """Global scope: decide the selection of the current optimizer step's micro-batches at its first one.
+
+        The window is the micro-batches from this one to the end of the optimizer step, cut at the end of the current
+        generation batch (later ones are not generated yet). With TRL's defaults and whenever
+        `steps_per_generation * num_iterations` is a multiple of `gradient_accumulation_steps` the window is the
+        whole optimizer step. The current policy's log-probs come from one no-grad forward per micro-batch (the
+        parameters do not change within a step), so the selection is what the loss forward would see, and equal on
+        every process.
+        """
+        self._ec_plan = {}
+        ga = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
+        spg = self.args.steps_per_generation
+        generate_every = spg * self.num_iterations
+        start = self._step
+        end = min(start + max(1, ga - self._ec_micro_in_step), (start // generate_every + 1) * generate_every)
+        if end - start < ga and not self._ec_warned_split_window:
+            self._ec_warned_split_window = True
+            warnings.warn(
+                f"cov_scope='global': an optimizer step ({ga} micro-batches) spans more than one generation batch "
+                f"(steps_per_generation * num_iterations = {generate_every}); the selection is global over each "
+                "generation batch's part of the step instead of the whole step.",
+                UserWarning,
+                stacklevel=2,
+            )
+        indices = list(range(start, end))
+        batches = []
+        for j in indices:
+            mb = self._buffered_inputs[j % spg]
+            completion_ids = mb["completion_ids"]
+            input_ids = torch.cat([mb["prompt_ids"], completion_ids], dim=1)
+            attention_mask = torch.cat([mb["prompt_mask"], mb["completion_mask"]], dim=1)
+            logps, _, _ = super()._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+            batches.append(self._token_batch(logps, mb.get("old_per_token_logps"), mb["advantages"], loss_mask(mb)))
+        acc = self.accelerator
+        selections = self.entropy_control.plan_window(
+            batches, lambda t: acc.reduce(t, reduction="sum"), lambda t: acc.gather(t)
+        )
+        self._ec_plan = dict(zip(indices, selections))
+
+    def _hooked_compute_loss(self, model, inputs):
+        control = self.entropy_control
+        planned = self._ec_plan.get(self._step) if control.needs_step_plan else None
+        if control.needs_step_plan and planned is None:
+            raise RuntimeError(f"no planned token selection for micro-batch {self._step} (cov_scope='global').")
+
+        def hooks_fn(logps, old, advantages, mask, entropies):
+            return control.token_hooks(self._token_batch(logps, old, advantages, mask), planned=planned)
+
+        return trainer_compute_loss(self, model, inputs, hooks_fn)
 
     def _transform_micro_batch(self, inputs):
         """Per-step advantage weights and the 'grpo' kept-rows normaliser, on a copy of the micro-batch."""
@@ -232,11 +311,16 @@ class GRPOEntropyTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         training = self.model.training
         self._ec_capture = training
+        control = self.entropy_control
         try:
-            loss = super()._compute_loss(model, inputs)
+            if training and control is not None and control.uses_token_hooks:
+                loss = self._hooked_compute_loss(model, inputs)
+            else:
+                loss = super()._compute_loss(model, inputs)
         finally:
             self._ec_capture = False
         if training:
+            self._ec_micro_in_step += 1
             entropies, self._ec_captured_entropies = self._ec_captured_entropies, None
             if entropies is not None:
                 mask = inputs.get("ec_entropy_mask")
@@ -267,8 +351,18 @@ class GRPOEntropyTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ control (E)
     def _on_optimizer_step_boundary(self) -> None:
+        self._ec_micro_in_step = 0
+        self._ec_plan = {}
         measured, count = self._reduce_window()
         metrics = self._metrics["train"]
+        control = self.entropy_control
+        if control is not None and control.uses_token_hooks:
+            counts = control.step_counts()
+            names = sorted(counts)
+            local = torch.tensor([counts[k] for k in names], dtype=torch.float64, device=self.accelerator.device)
+            totals = dict(zip(names, self.accelerator.reduce(local, "sum").tolist()))
+            for key, value in control.step_metrics(totals).items():
+                metrics[METRIC_PREFIX + key].append(value)
         if not math.isfinite(measured):
             why = "no completion tokens" if count == 0 else "a non-finite entropy"
             warnings.warn(
