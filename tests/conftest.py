@@ -48,6 +48,21 @@ def tiny_dataset(n=64):
     return Dataset.from_dict({"prompt": [f"{i % 50}+{(7 * i) % 50}=" for i in range(n)]})
 
 
+# One entry per implemented entropy_control (and variants) with settings under which it acts on the tiny model.
+# Tables of tests over every control (multi-process, resume, PEFT) use this; a new control is one line here.
+CONTROL_CONFIGS = {
+    "adaptive_clip": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.6, adaptive_clip_window=1),
+    "entrocraft": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0),
+    "entrocraft_lagged": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
+                              entrocraft_entropy_source="extra_pass"),
+    "positive_reweight": dict(entropy_control="positive_reweight", entropy_schedule_start=2.6),
+    "w_reinforce": dict(entropy_control="w_reinforce"),
+    "kl_cov": dict(entropy_control="kl_cov", kl_cov_ratio=0.1),
+    "clip_cov": dict(entropy_control="clip_cov", clip_cov_ratio=0.1, clip_cov_lb=-10.0, clip_cov_ub=10.0),
+    "entropic": dict(entropy_control="entropic", entropy_schedule_start=2.6, entropic_high_prob_threshold=0.05),
+}
+
+
 def tiny_kwargs(tmp_path, **overrides):
     kwargs = dict(
         output_dir=str(tmp_path),

@@ -12,21 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(__file__))
 
-from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from conftest import CONTROL_CONFIGS, count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from trl_entropy import GRPOEntropyTrainer  # noqa: E402
 
-CONTROLS = {
-    "adaptive_clip": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.6, adaptive_clip_window=1),
-    "entrocraft": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0),
-    "entrocraft_lagged": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
-                              entrocraft_entropy_source="extra_pass"),
-    "positive_reweight": dict(entropy_control="positive_reweight", entropy_schedule_start=2.6),
-    "kl_cov": dict(entropy_control="kl_cov", kl_cov_ratio=0.1),
-    "clip_cov": dict(entropy_control="clip_cov", clip_cov_ratio=0.1, clip_cov_lb=-10.0, clip_cov_ub=10.0),
-    "entropic": dict(entropy_control="entropic", entropy_schedule_start=2.6, entropic_high_prob_threshold=0.05),
-}
+CONTROLS = CONTROL_CONFIGS
 
 
 class Recorder(TrainerCallback):

@@ -8,6 +8,7 @@ BASE = dict(output_dir="unused", use_cpu=True, report_to="none", per_device_trai
 # off-policy: 4 optimizer steps per generation batch, so the clip bound acts
 OFF = dict(steps_per_generation=4)
 AC = dict(entropy_control="adaptive_clip", entropy_schedule_start=0.5, **OFF)
+EC = dict(entropy_control="entrocraft", entropy_schedule_start=0.5, **OFF)
 
 
 def cfg(**kw):
@@ -49,6 +50,36 @@ def test_target_control_defaults_to_constant_schedule():
         (dict(AC, loss_type="cispo"), "loss_type"),
         (dict(AC, loss_type="sapo"), "loss_type"),
         (dict(AC, use_adaptive_entropy=True), "allow_trl_adaptive_entropy"),
+        (dict(AC, max_steps=10, entropy_schedule_warmup_steps=10), "entropy_schedule_warmup_steps"),
+        (dict(AC, adaptive_clip_window=1.5), "adaptive_clip_window"),
+        (dict(AC, adaptive_clip_min=0.3, epsilon_high=0.28), "epsilon_high"),
+        (dict(EC, entrocraft_mode="soft"), "entrocraft_mode"),
+        (dict(EC, entrocraft_normalizer="sum"), "entrocraft_normalizer"),
+        (dict(EC, entrocraft_entropy_source="magic"), "entrocraft_entropy_source"),
+        (dict(EC, entrocraft_gamma=-1.0), "entrocraft_gamma"),
+        (dict(EC, entrocraft_band=-0.1), "entrocraft_band"),
+        (dict(EC, steps_per_generation=None, entrocraft_entropy_source="scoring_pass"), "entrocraft_entropy_source"),
+        (dict(entropy_control="entrocraft"), "entropy_schedule_start"),
+        (dict(entropy_control="positive_reweight", positive_reweight_schedule="weekly"), "positive_reweight_schedule"),
+        (dict(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_lambda_init=1.5),
+         "positive_reweight_lambda_init"),
+        (dict(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_step=0.0),
+         "positive_reweight_step"),
+        (dict(entropy_control="positive_reweight", positive_reweight_schedule="epoch", positive_reweight_epochs=1),
+         "positive_reweight_epochs"),
+        (dict(entropy_control="w_reinforce", w_reinforce_lambda=2.0), "w_reinforce_lambda"),
+        (dict(entropy_control="kl_cov", cov_scope="world", **OFF), "cov_scope"),
+        (dict(entropy_control="clip_cov", clip_cov_ratio=1.5, **OFF), "clip_cov_ratio"),
+        (dict(entropy_control="clip_cov", clip_cov_lb=5.0, clip_cov_ub=1.0, **OFF), "clip_cov_lb"),
+        (dict(entropy_control="kl_cov", kl_cov_ratio=-0.1, **OFF), "kl_cov_ratio"),
+        (dict(entropy_control="kl_cov", kl_cov_coef=-1.0, **OFF), "kl_cov_coef"),
+        (dict(entropy_control="kl_cov", loss_type="cispo", **OFF), "loss_type"),
+        (dict(entropy_control="clip_cov", use_adaptive_entropy=True, allow_trl_adaptive_entropy=True, **OFF),
+         "use_adaptive_entropy"),
+        (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_high_prob_threshold=1.0),
+         "entropic_high_prob_threshold"),
+        (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_kp=-1.0), "entropic_kp"),
+        (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_ki=float("inf")), "entropic_ki"),
     ],
 )
 def test_invalid_configs_name_the_field(kw, field):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CONTROL_CONFIGS
 
 HERE = os.path.dirname(__file__)
 
@@ -23,7 +24,7 @@ torchrun = shutil.which("torchrun")
 @pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")
 @pytest.mark.parametrize(
     "control",
-    ["adaptive_clip", "entrocraft", "entrocraft_lagged", "positive_reweight", "kl_cov", "clip_cov", "entropic"],
+    sorted(CONTROL_CONFIGS),
 )
 def test_two_processes_agree_at_every_step(tmp_path, control):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")

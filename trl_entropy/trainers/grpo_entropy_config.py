@@ -350,6 +350,11 @@ class GRPOEntropyConfig(GRPOConfig):
             raise ValueError(
                 f"entropy_schedule_warmup_steps must be an integer >= 0, got {self.entropy_schedule_warmup_steps!r}."
             )
+        if self.max_steps > 0 and self.entropy_schedule_warmup_steps >= self.max_steps:
+            raise ValueError(
+                f"entropy_schedule_warmup_steps ({self.entropy_schedule_warmup_steps}) must be < max_steps "
+                f"({self.max_steps}): the schedule would never leave its warm-up."
+            )
         ratio = self.entropy_schedule_anneal_ratio
         if not _is_number(ratio) or not (0.0 < ratio <= 1.0):
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {ratio!r}.")

@@ -24,6 +24,8 @@ Hooks used (trl 1.16):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import os
@@ -43,6 +45,55 @@ __all__ = ["GRPOEntropyTrainer", "CONTROL_STATE_FILE"]
 
 CONTROL_STATE_FILE = "entropy_control_state.json"
 METRIC_PREFIX = "entropy_control/"
+
+
+def _guard_reward_function(reward_func, name: str, on_nonfinite=None):
+    """Wrap a synchronous reward function so that its faults are reported instead of silently training on them.
+
+    * An exception is re-raised as a ``RuntimeError`` naming the function and the first failing completion: the batch
+      is re-scored one completion at a time to find it, and the error gives its index in the batch and the start of
+      its prompt (chained to the original exception).
+    * A NaN or infinite reward is replaced by ``None`` (TRL's "unscorable": excluded from the group baseline, zero
+      advantage) and reported through ``on_nonfinite(name, indices)``. Left alone, TRL would turn a group holding an
+      infinite reward into zero advantages without a word.
+
+    Model-based and async reward functions are returned unchanged.
+    """
+    if isinstance(reward_func, torch.nn.Module) or inspect.iscoroutinefunction(reward_func) or not callable(reward_func):
+        return reward_func
+
+    @functools.wraps(reward_func)
+    def wrapped(prompts, completions, **kwargs):
+        try:
+            rewards = reward_func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as err:
+            index = _first_failing_index(reward_func, prompts, completions, kwargs)
+            where = "" if index is None else (
+                f" on completion {index} of the batch (prompt {str(prompts[index])[:80]!r})"
+            )
+            raise RuntimeError(f"Reward function {name!r} raised {type(err).__name__}{where}: {err}") from err
+        bad = [i for i, r in enumerate(rewards) if r is not None and not math.isfinite(float(r))]
+        if not bad:
+            return rewards
+        if on_nonfinite is not None:
+            on_nonfinite(name, bad)
+        rewards = list(rewards)
+        for i in bad:
+            rewards[i] = None
+        return rewards
+
+    return wrapped
+
+
+def _first_failing_index(reward_func, prompts, completions, kwargs) -> int | None:
+    n = len(prompts)
+    for i in range(n):
+        one = {k: (v[i : i + 1] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
+        try:
+            reward_func(prompts=prompts[i : i + 1], completions=completions[i : i + 1], **one)
+        except Exception:
+            return i
+    return None
 
 
 class GRPOEntropyTrainer(GRPOTrainer):
@@ -66,6 +117,12 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 "GRPOEntropyConfig(**your_grpo_config.to_dict()) works for a plain GRPOConfig."
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        self._ec_nonfinite_rewards = 0
+        self._ec_nonfinite_advantages = 0
+        self.reward_funcs = [
+            _guard_reward_function(f, n, self._report_nonfinite_rewards)
+            for f, n in zip(self.reward_funcs, self.reward_func_names)
+        ]
         self.entropy_control = build_control(args)
         self._ec_window: torch.Tensor | None = None  # (Σ entropy·mask, Σ mask) over this step's micro-batches
         self._ec_capture = False
@@ -127,7 +184,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         control = self.entropy_control
         if control is None or not control.uses_rollouts or not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+            return self._check_finite_advantages(super()._generate_and_score_completions(inputs))
         source = self._rollout_entropy_source()
         self._ec_scoring_entropies = None
         self._ec_score_capture = source == "scoring_pass"
@@ -135,6 +192,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
             output = super()._generate_and_score_completions(inputs)
         finally:
             self._ec_score_capture = False
+        output = self._check_finite_advantages(output)
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
@@ -178,7 +236,51 @@ class GRPOEntropyTrainer(GRPOTrainer):
         mask = loss_mask.to(entropies.dtype)
         totals = self.accelerator.reduce(torch.stack([(entropies * mask).sum(), mask.sum()]).float(), "sum")
         count = float(totals[1])
-        return float(totals[0]) / count if count > 0 else None
+        entropy = float(totals[0]) / count if count > 0 else None
+        if entropy is not None and not math.isfinite(entropy):
+            warnings.warn(
+                f"Step {self.state.global_step}: the rollout entropy is not finite; the rollout control keeps every "
+                "rollout of this generation batch.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return entropy
+
+    def _report_nonfinite_rewards(self, name: str, indices: list[int]) -> None:
+        self._ec_nonfinite_rewards += len(indices)
+        warnings.warn(
+            f"Step {self.state.global_step}: reward function {name!r} returned NaN/inf for {len(indices)} "
+            f"completion(s) of the batch (first at index {indices[0]}); they are treated as unscorable (excluded "
+            "from the group baseline, advantage 0). Counted in entropy_control/nonfinite_rewards.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
+
+    def _check_finite_advantages(self, output):
+        """Rollouts whose advantage is NaN/inf (e.g. an infinite reward) get advantage 0, with a warning and a
+        counter, so they neither poison the loss nor reach a controller. Identical on every rank (count reduced)."""
+        if not self.model.training:
+            return output
+        advantages = output["advantages"]
+        bad = ~torch.isfinite(advantages)
+        if bad.dim() > 1:
+            bad = bad.any(dim=-1)
+        count = int(self.accelerator.reduce(bad.sum().float().reshape(1), "sum").item())
+        if count == 0:
+            return output
+        self._ec_nonfinite_advantages += count
+        warnings.warn(
+            f"Step {self.state.global_step}: {count} rollout(s) have a non-finite advantage (NaN or inf: check the "
+            "reward functions); they get advantage 0 and contribute no gradient. Counted in "
+            "entropy_control/nonfinite_advantages.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        self._metrics["train"][METRIC_PREFIX + "nonfinite_advantages"].append(float(self._ec_nonfinite_advantages))
+        output["advantages"] = torch.where(torch.isfinite(advantages), advantages, torch.zeros_like(advantages))
+        return output
 
     def _apply_keep(self, output, keep, loss_mask) -> None:
         keep_f = keep.to(output["advantages"].dtype)
