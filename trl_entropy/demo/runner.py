@@ -53,6 +53,9 @@ METHODS: dict[str, tuple[bool, dict, str]] = {
     "positive_reweight": (True, {"entropy_control": "positive_reweight"},
                           "positive-advantage reweighting, entropy-guided lambda (Jin et al.)"),
     "w_reinforce": (True, {"entropy_control": "w_reinforce"}, "W-REINFORCE, lambda = 0.1 (Zhu et al.)"),
+    "clip_cov": (True, {"entropy_control": "clip_cov"}, "Clip-Cov, detach high-covariance tokens (Cui et al.)"),
+    "kl_cov": (True, {"entropy_control": "kl_cov"}, "KL-Cov, KL-penalise high-covariance tokens (Cui et al.)"),
+    "entropic": (True, {"entropy_control": "entropic"}, "EntroPIC, PI-controlled high-probability token weights"),
 }
 DEFAULT_METHOD = "adaptive_clip"
 
@@ -123,7 +126,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     base.update(settings.extra.get(name, {}))
     schedule = _schedule_kwargs(settings, target_start)
     if ours:
-        uses_schedule = base.get("entropy_control", "none") not in ("none", "w_reinforce")
+        uses_schedule = base.get("entropy_control", "none") not in ("none", "w_reinforce", "clip_cov", "kl_cov")
         args = GRPOEntropyConfig(**base, **(schedule if uses_schedule else {}))
         trainer_cls = GRPOEntropyTrainer
     else:
