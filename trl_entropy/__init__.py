@@ -2,7 +2,17 @@
 
 __version__ = "0.1.0"
 
+from .evaluation import EntropyPerformanceFitCallback, EntropyPlotCallback, PassAtKCallback
 from .scheduling import EntropyScheduleCallback, make_schedule
 from .trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
-__all__ = ["GRPOEntropyConfig", "GRPOEntropyTrainer", "EntropyScheduleCallback", "make_schedule", "__version__"]
+__all__ = [
+    "GRPOEntropyConfig",
+    "GRPOEntropyTrainer",
+    "EntropyScheduleCallback",
+    "make_schedule",
+    "PassAtKCallback",
+    "EntropyPerformanceFitCallback",
+    "EntropyPlotCallback",
+    "__version__",
+]

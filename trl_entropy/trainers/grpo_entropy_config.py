@@ -105,6 +105,10 @@ class GRPOEntropyConfig(GRPOConfig):
         allow_trl_adaptive_entropy (`bool`, *optional*, defaults to `False`):
             Opt-in to run an entropy control together with TRL's own adaptive entropy coefficient
             (`use_adaptive_entropy=True`). Two controllers acting on one quantity usually fight; this must be explicit.
+        entropy_plots (`bool`, *optional*, defaults to `True`):
+            Write `entropy_curves.png` (measured entropy vs target), `entropy_knob.png`, `reward.png` and, when pass@k
+            was evaluated, `pass_at_k.png` into `output_dir` at every save (before a Hub upload) and at the end of
+            training. Needs matplotlib; skipped with a warning without it.
 
     > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
 
@@ -240,6 +244,13 @@ class GRPOEntropyConfig(GRPOConfig):
     allow_trl_adaptive_entropy: bool = field(
         default=False,
         metadata={"help": "Opt in to combining an entropy control with TRL's use_adaptive_entropy."},
+    )
+    entropy_plots: bool = field(
+        default=True,
+        metadata={
+            "help": "Write entropy_curves.png (entropy vs target), entropy_knob.png, reward.png and pass_at_k.png "
+            "into output_dir at every save and at the end of training (needs matplotlib; skipped without it)."
+        },
     )
 
     entrocraft_mode: str = field(

@@ -36,6 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from ..controls import RolloutContext, TokenBatch, build_control
+from ..evaluation import EntropyPlotCallback
 from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.schedules import make_schedule
@@ -146,6 +147,10 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_plan: dict[int, torch.Tensor] = {}  # micro-batch index (self._step) -> planned selection
         self._ec_micro_in_step = 0  # micro-batches of the current optimizer step already computed
         self._ec_warned_split_window = False
+        self.entropy_plot_callback = None
+        if getattr(args, "entropy_plots", False):
+            self.entropy_plot_callback = EntropyPlotCallback()
+            self.add_callback(self.entropy_plot_callback)
         if self.entropy_control is not None:
             self.entropy_control.rank = self.accelerator.process_index
             self.entropy_control.apply(self)

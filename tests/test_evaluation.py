@@ -1,0 +1,127 @@
+"""pass@k callback, entropy -> performance fit callback and training pictures, through TRL's real loop."""
+
+import math
+import os
+
+import pytest
+import torch
+from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_kwargs, tiny_model, tiny_tokenizer
+from transformers.trainer_callback import TrainerState
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_entropy import EntropyPerformanceFitCallback, EntropyPlotCallback, GRPOEntropyTrainer, PassAtKCallback
+
+PROBLEMS = [{"prompt": f"{i}+{i}="} for i in range(6)]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def make(args, cls=GRPOEntropyTrainer):
+    return cls(model=tiny_model(), reward_funcs=count_ones_reward, args=args, train_dataset=tiny_dataset(),
+               processing_class=tiny_tokenizer())
+
+
+def evals(trainer):
+    return [h for h in trainer.state.log_history if "eval/pass@1" in h]
+
+
+@pytest.mark.parametrize("cls", [GRPOEntropyTrainer, GRPOTrainer])
+def test_pass_at_k_is_logged_during_training(tmp_path, cls):
+    args = tiny_args(tmp_path, max_steps=4) if cls is GRPOEntropyTrainer else GRPOConfig(**tiny_kwargs(tmp_path, max_steps=4))
+    trainer = make(args, cls)
+    cb = PassAtKCallback(trainer, PROBLEMS, n=8, ks=(1, 2, 8), threshold=1.0, every_n_steps=2)
+    trainer.add_callback(cb)
+    trainer.train()
+    logged = evals(trainer)
+    assert [h["step"] for h in logged] == [2, 4]  # every 2 steps; the end-of-training evaluation is not repeated
+    for h in logged:
+        p1, p2, p8 = h["eval/pass@1"], h["eval/pass@2"], h["eval/pass@8"]
+        assert 0.0 <= p1 <= p2 <= p8 <= 1.0
+        assert h["eval/mean@8"] == pytest.approx(p1)  # pass@1 is the mean success rate
+    assert cb.last == {k: v for k, v in logged[-1].items() if k.startswith("eval/")}
+
+
+def test_counts_match_the_reward_on_hand_made_completions(tmp_path):
+    """pass@k aggregates the per-problem correct counts exactly (hand-computed for n=4)."""
+    trainer = make(tiny_args(tmp_path, max_steps=1))
+    cb = PassAtKCallback(trainer, PROBLEMS[:2], n=4, ks=(1, 2, 4))
+    cb._correct_counts = lambda problems: [1, 4]  # problem 0: 1 of 4 correct, problem 1: 4 of 4
+    out = cb.evaluate()
+    assert out["eval/mean@4"] == pytest.approx((0.25 + 1.0) / 2)
+    assert out["eval/pass@2"] == pytest.approx((0.5 + 1.0) / 2)  # 1 - C(3,2)/C(4,2) = 0.5
+    assert out["eval/pass@4"] == pytest.approx(1.0)
+
+
+def test_evaluation_does_not_change_the_training_run(tmp_path):
+    def run(with_eval):
+        trainer = make(tiny_args(tmp_path / str(with_eval), max_steps=4, steps_per_generation=2))
+        if with_eval:
+            trainer.add_callback(PassAtKCallback(trainer, PROBLEMS, n=4, ks=(1, 4), every_n_steps=1))
+        trainer.train()
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        return losses, [p.detach().clone() for p in trainer.model.parameters()]
+
+    (l0, w0), (l1, w1) = run(False), run(True)
+    assert l0 == l1
+    assert all(torch.equal(a, b) for a, b in zip(w0, w1))
+
+
+def test_invalid_pass_at_k_arguments(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=1))
+    with pytest.raises(ValueError, match="ks"):
+        PassAtKCallback(trainer, PROBLEMS, n=4, ks=(8,))
+    with pytest.raises(ValueError, match="prompt"):
+        PassAtKCallback(trainer, [{"question": "1+1="}])
+    with pytest.raises(ValueError, match="temperature"):
+        PassAtKCallback(trainer, PROBLEMS, temperature=0.0)
+
+
+def test_fit_callback_recovers_a_known_curve_and_logs_the_ceiling():
+    a, b = 0.5, 0.9
+    cb = EntropyPerformanceFitCallback(score_key="eval/mean@16")
+    state = TrainerState()
+    for step, h in enumerate([1.2, 1.0, 0.8, 0.5, 0.3]):
+        state.log_history.append({"step": step, "entropy": h})
+        cb.on_log(None, state, None, logs={"eval/mean@16": -a * math.exp(h) + b})
+        if step < 2:
+            assert cb.fit is None  # too few points
+    assert cb.fit.a == pytest.approx(a, rel=1e-6) and cb.fit.b == pytest.approx(b, rel=1e-6)
+    assert cb.fit.ceiling == pytest.approx(b - a, rel=1e-6)
+
+
+def test_fit_callback_logs_through_the_trainer(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=3))
+    pk = PassAtKCallback(trainer, PROBLEMS, n=4, ks=(1, 4), every_n_steps=1, at_train_end=False)
+    fit = EntropyPerformanceFitCallback(trainer, score_key="eval/mean@4")
+    trainer.add_callback(pk)
+    trainer.add_callback(fit)
+    trainer.train()
+    assert len(fit.points) == 3
+    if fit.fit is not None:  # entropies of three steps differ in practice; then the ceiling is logged
+        assert any("entropy_control/predicted_ceiling" in h for h in trainer.state.log_history)
+
+
+def test_plots_are_written_at_each_save_and_at_the_end(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=4, save_strategy="steps", save_steps=2, steps_per_generation=2,
+                             entropy_control="adaptive_clip", entropy_schedule_start=2.0))
+    trainer.add_callback(PassAtKCallback(trainer, PROBLEMS, n=4, ks=(1, 2, 4), every_n_steps=2))
+    saves = []
+    real_write = trainer.entropy_plot_callback._write
+
+    def spy(args, state):
+        real_write(args, state)
+        saves.append(state.global_step)
+
+    trainer.entropy_plot_callback._write = spy
+    trainer.train()
+    assert saves == [2, 4, 4]  # two saves, then the end of training
+    for name in ("entropy_curves.png", "entropy_knob.png", "reward.png", "pass_at_k.png"):
+        path = tmp_path / name
+        assert path.exists(), name
+        assert path.read_bytes()[:8] == PNG
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp.png")]
+
+
+def test_plots_can_be_turned_off(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=1, entropy_plots=False))
+    assert trainer.entropy_plot_callback is None
+    assert not any(isinstance(c, EntropyPlotCallback) for c in trainer.callback_handler.callbacks)
