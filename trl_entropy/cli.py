@@ -1,10 +1,11 @@
-"""Command line: `trl-entropy demo [--compare]`."""
+"""Command line: `trl-entropy demo [--compare]` and `trl-entropy grpo --config recipes/<name>.yaml`."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 
 
 def _quiet_third_party():
@@ -49,18 +50,92 @@ def _demo(argv):
     return 0
 
 
+@dataclass
+class ScriptArguments:
+    """What `trl-entropy grpo` trains on; every `GRPOEntropyConfig` field is accepted too (YAML or command line)."""
+
+    model_name_or_path: str = field(
+        default="testbed",
+        metadata={"help": "Hub id or local path of the policy, or 'testbed' for the offline testbed model."},
+    )
+    dataset_name: str = field(
+        default="testbed", metadata={"help": "Hub id or local path of the dataset, or 'testbed' (offline)."}
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["testbed"],
+        metadata={"help": "Reward functions: names from trl_entropy.rewards.REWARD_FUNCTIONS or 'module:function'."},
+    )
+
+
+def build_grpo_trainer(script_args: ScriptArguments, training_args):
+    """The `GRPOEntropyTrainer` a recipe describes (model, dataset and rewards resolved by name)."""
+    from .rewards import get_reward_function
+    from .trainers import GRPOEntropyTrainer
+
+    model, tokenizer = script_args.model_name_or_path, None
+    if model == "testbed":
+        from .demo import testbed
+
+        model, tokenizer = testbed.load_or_pretrain(testbed.TestbedRecipe(), progress=False)
+    if script_args.dataset_name == "testbed":
+        from .demo import testbed
+
+        train_dataset, _ = testbed.make_datasets(testbed.TestbedRecipe())
+    else:
+        from datasets import load_dataset
+
+        train_dataset = load_dataset(script_args.dataset_name, script_args.dataset_config,
+                                     split=script_args.dataset_train_split)
+    rewards = [get_reward_function(name) for name in script_args.reward_funcs]
+    return GRPOEntropyTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=train_dataset,
+                              processing_class=tokenizer)
+
+
+def parse_grpo_args(argv):
+    """(ScriptArguments, GRPOEntropyConfig) from `--config file.yaml` and/or command-line flags (TRL's TrlParser)."""
+    from trl import TrlParser
+
+    from .trainers import GRPOEntropyConfig
+
+    parser = TrlParser((ScriptArguments, GRPOEntropyConfig), prog="trl-entropy grpo")
+    return parser.parse_args_and_config(args=list(argv))
+
+
+def _grpo(argv):
+    script_args, training_args = parse_grpo_args(argv)
+    trainer = build_grpo_trainer(script_args, training_args)
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    return 0
+
+
+USAGE = """usage: trl-entropy <command> [options]
+
+commands:
+  demo   offline GRPO entropy-control demo on a tiny pretrained model (CPU, no network)
+         trl-entropy demo [--compare] [--steps N] ...
+  grpo   train with GRPOEntropyTrainer from a recipe; any GRPOEntropyConfig field also works as a flag
+         trl-entropy grpo --config recipes/testbed.yaml [--max_steps 10 ...]
+         accelerate launch --config_file recipes/accelerate/ddp.yaml -m trl_entropy.cli grpo --config ..."""
+
+
 def main(argv=None):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: trl-entropy demo [--compare] [--steps N] ...\n\ncommands:\n  demo   offline GRPO entropy-control "
-              "demo on a tiny pretrained model (CPU, no network)")
+        print(USAGE)
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "demo":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         return _demo(rest)
-    print(f"trl-entropy: unknown command {cmd!r} (known: demo)", file=sys.stderr)
+    if cmd == "grpo":
+        return _grpo(rest)
+    print(f"trl-entropy: unknown command {cmd!r} (known: demo, grpo)", file=sys.stderr)
     return 2
 
 

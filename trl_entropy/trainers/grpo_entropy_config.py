@@ -198,11 +198,14 @@ class GRPOEntropyConfig(GRPOConfig):
             "choices": list(ENTROPY_CONTROLS),
         },
     )
-    entropy_schedule: Any = field(
+    # Annotated `str` so command-line/YAML parsing works; in Python a callable fn(step, total_steps) is accepted too.
+    entropy_schedule: str | None = field(
         default=None,
         metadata={
-            "help": "Target entropy curve: 'constant', 'linear', 'cosine' or 'wsd' (warmup-stable-anneal). Defaults "
-            "to 'constant' for target-following controls; must be unset with entropy_control='none'."
+            "help": "Target entropy curve: 'constant', 'linear', 'cosine' or 'wsd' (warmup-stable-anneal); in "
+            "Python also a callable fn(step, total_steps) -> nats. Defaults to 'constant' for target-following "
+            "controls; must be unset with entropy_control='none'.",
+            "choices": ["constant", "linear", "cosine", "wsd"],
         },
     )
     entropy_schedule_start: float | None = field(
