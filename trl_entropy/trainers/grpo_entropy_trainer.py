@@ -36,7 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from ..controls import RolloutContext, TokenBatch, build_control
-from ..evaluation import EntropyPlotCallback
+from ..evaluation import EntropyPlotCallback, write_training_plots
 from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.schedules import make_schedule
@@ -497,12 +497,57 @@ class GRPOEntropyTrainer(GRPOTrainer):
             metrics[METRIC_PREFIX + key].append(value)
         control.apply(self)
 
+    # ------------------------------------------------------------------ model card, pictures, Hub
+    def _write_card_and_pictures(self, folder: str, model_name: str | None = None) -> None:
+        """Pictures (if `entropy_plots`) and README.md into `folder`; main process only; never raises on I/O."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import render_model_card
+
+        try:
+            os.makedirs(folder, exist_ok=True)
+            if getattr(self.args, "entropy_plots", False):
+                try:
+                    write_training_plots(self.state.log_history, folder)
+                except ImportError:
+                    pass  # matplotlib missing: the card simply has no picture
+            card = render_model_card(self, model_name=model_name, output_dir=folder)
+            tmp = os.path.join(folder, "README.md.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(card)
+            os.replace(tmp, os.path.join(folder, "README.md"))
+        except OSError as err:
+            warnings.warn(f"Could not write the model card into {folder}: {err}", RuntimeWarning, stacklevel=2)
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None):
+        """Writes trl-entropy's model card (method, parameters, schedule, outcome, pictures, citations) to
+        `output_dir/README.md`; called by `push_to_hub`."""
+        self._write_card_and_pictures(self.args.output_dir, model_name=model_name)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call=_internal_call)
+        if not _internal_call:  # a user's save_model(): the folder gets the card and pictures too
+            self._write_card_and_pictures(output_dir or self.args.output_dir)
+
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
+        if self.args.should_save:
+            # before the Trainer's checkpoint push, which uploads output_dir: card and pictures go with every save
+            self._write_card_and_pictures(self.args.output_dir)
         super()._save_checkpoint(model, trial)
-        if self.entropy_control is None or not self.args.should_save:
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            self._write_control_state(folder)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # The Trainer pushes from inside _save_checkpoint: write the controller state first, so that the checkpoint
+        # is complete on disk (and uploaded whole with hub_strategy="checkpoint") even if the upload fails.
+        self._write_control_state(checkpoint_folder)
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def _write_control_state(self, folder: str) -> None:
+        if self.entropy_control is None or not self.args.should_save or not os.path.isdir(folder):
             return
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         payload = {
             "entropy_control": self.entropy_control.name,
             "global_step": self.state.global_step,
@@ -511,8 +556,10 @@ class GRPOEntropyTrainer(GRPOTrainer):
             "last_measured_entropy": self.last_measured_entropy,
             "state": self.entropy_control.state_dict(),
         }
-        with open(os.path.join(folder, CONTROL_STATE_FILE), "w") as f:
+        tmp = os.path.join(folder, CONTROL_STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
             json.dump(payload, f, indent=2)
+        os.replace(tmp, os.path.join(folder, CONTROL_STATE_FILE))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
