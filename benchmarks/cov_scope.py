@@ -1,6 +1,6 @@
 """How the number of tokens Clip-Cov / KL-Cov select per optimizer step depends on the micro-batch size, per scope.
 
-    python benchmarks/cov_scope.py [--steps 6] [--ratio 0.02]
+    python benchmarks/cov_scope.py [--steps 2] [--ratio 0.02]
 
 Trains the pretrained testbed model (trl_entropy.demo.testbed) for a few optimizer steps of 64 rollouts each
 (8 prompts x 8 completions), off-policy (two optimizer steps per generation batch), and splits every optimizer step
@@ -62,7 +62,7 @@ def run_once(method, scope, per_device, accumulation, steps, ratio, model_and_to
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
+    p.add_argument("--steps", type=int, default=2, help="optimizer steps per run")
     p.add_argument("--ratio", type=float, default=0.02, help="clip_cov_ratio and kl_cov_ratio")
     a = p.parse_args(argv)
     import copy
