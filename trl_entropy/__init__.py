@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .scheduling import EntropyScheduleCallback, make_schedule
+from .scheduling import AnnealingCurriculumCallback, EntropyScheduleCallback, make_schedule
 from .trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
-__all__ = ["GRPOEntropyConfig", "GRPOEntropyTrainer", "EntropyScheduleCallback", "make_schedule", "__version__"]
+__all__ = ["GRPOEntropyConfig", "GRPOEntropyTrainer", "EntropyScheduleCallback", "AnnealingCurriculumCallback", "make_schedule", "__version__"]

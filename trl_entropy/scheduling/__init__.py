@@ -1,4 +1,5 @@
 from .callbacks import EntropyScheduleCallback
+from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
 from .controllers import AdaptiveClipController, LambdaStepController
 from .schedules import (
     CallableSchedule,
@@ -11,6 +12,9 @@ from .schedules import (
 )
 
 __all__ = [
+    "AnnealingCurriculumCallback",
+    "CurriculumDataset",
+    "CurriculumSampler",
     "AdaptiveClipController",
     "LambdaStepController",
     "CallableSchedule",
