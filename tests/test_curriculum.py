@@ -4,6 +4,7 @@ import pytest
 import torch
 from conftest import tiny_args, tiny_dataset, tiny_kwargs, tiny_model, tiny_tokenizer
 from datasets import Dataset
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -140,7 +141,7 @@ def test_switch_at_step_on_plain_grpo_trainer(tmp_path):
     assert trainer.generation_config.max_new_tokens == 10 and trainer.max_completion_length == 10
     assert trainer.num_generations == 4
     # advantages were normalized within groups of the phase's size
-    for call, (g, adv) in zip(rec.calls, trainer.captured):
+    for g, adv in trainer.captured:
         assert adv.numel() == 8
         grouped = adv.view(-1, g)
         assert torch.allclose(grouped.sum(dim=1), torch.zeros(grouped.shape[0]), atol=1e-4)
@@ -172,8 +173,18 @@ def test_switch_is_rounded_up_to_a_generation_round(tmp_path):
     with pytest.warns(UserWarning, match="it happens at step 4"):
         trainer.train()
     assert cb.switch_step == 4 and len(rec.calls) == 3  # generation at steps 0, 2, 4
-    assert len(groups(rec.calls[1]["prompts"], 2)) == 8 and set(rec.calls[1]["prompts"]) <= set(tiny_dataset()["prompt"])
-    assert len(groups(rec.calls[2]["prompts"], 4)) == 4 and set(rec.calls[2]["prompts"]) <= set(second_dataset()["prompt"])
+    assert len(groups(rec.calls[1]["prompts"], 2)) == 8
+    assert set(rec.calls[1]["prompts"]) <= set(tiny_dataset()["prompt"])
+    assert len(groups(rec.calls[2]["prompts"], 4)) == 4
+    assert set(rec.calls[2]["prompts"]) <= set(second_dataset()["prompt"])
+
+
+class PhaseLog(TrainerCallback):
+    def __init__(self, trainer, out):
+        self.trainer, self.out = trainer, out
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.out.append(self.trainer.entropy_phase)
 
 
 def wsd_args(path, **kw):
@@ -192,8 +203,7 @@ def test_schedule_driven_switch_and_resume_in_phase_two(tmp_path):
     straight = make_trainer(wsd_args(tmp_path), rec, cls=GRPOEntropyTrainer)
     cb = AnnealingCurriculumCallback(second_dataset(), num_generations=4, max_completion_length=8).attach(straight)
     phases = []
-    straight.add_callback(type("P", (__import__("transformers").TrainerCallback,), {
-        "on_step_end": lambda self, a, s, c, **k: phases.append(straight.entropy_phase)})())
+    straight.add_callback(PhaseLog(straight, phases))
     straight.train()
     assert cb.switch_step == 3
     assert phases == ["stable"] * 3 + ["anneal"] * 3  # the switch follows the trainer's own schedule phase

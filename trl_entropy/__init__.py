@@ -5,4 +5,11 @@ __version__ = "0.1.0"
 from .scheduling import AnnealingCurriculumCallback, EntropyScheduleCallback, make_schedule
 from .trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
-__all__ = ["GRPOEntropyConfig", "GRPOEntropyTrainer", "EntropyScheduleCallback", "AnnealingCurriculumCallback", "make_schedule", "__version__"]
+__all__ = [
+    "GRPOEntropyConfig",
+    "GRPOEntropyTrainer",
+    "EntropyScheduleCallback",
+    "AnnealingCurriculumCallback",
+    "make_schedule",
+    "__version__",
+]
