@@ -119,7 +119,9 @@ def test_not_attached_raises_at_train_begin(tmp_path):
 # ---------------------------------------------------------------------------------------------- real training
 def test_switch_at_step_on_plain_grpo_trainer(tmp_path):
     rec = Recorder()
-    args = GRPOConfig(**tiny_kwargs(tmp_path, max_steps=6, num_generations=2, max_completion_length=4))
+    # a user budget in generation_kwargs (3 < max_completion_length) is kept in phase 1
+    args = GRPOConfig(**tiny_kwargs(tmp_path, max_steps=6, num_generations=2, max_completion_length=4,
+                                    generation_kwargs={"max_new_tokens": 3}))
     trainer = make_trainer(args, rec, cls=CapturingTrainer)
     first = [row["prompt"] for row in trainer.train_dataset]
     second = second_dataset()
@@ -134,8 +136,8 @@ def test_switch_at_step_on_plain_grpo_trainer(tmp_path):
     flat1, flat2 = sum(phase1, []), sum(phase2, [])
     assert set(flat1) <= set(first) and len(set(flat1)) == len(flat1) == 12  # right data, no duplicates
     assert set(flat2) <= set(second["prompt"]) and len(set(flat2)) == len(flat2) == 6
-    # completion budget: <= 4 tokens before, up to 10 after (and the tiny random model does use it)
-    assert max(max(c["lengths"]) for c in rec.calls[:3]) <= 4
+    # completion budget: <= 3 tokens before, up to 10 after (and the tiny random model does use it)
+    assert max(max(c["lengths"]) for c in rec.calls[:3]) == 3
     lengths2 = [n for c in rec.calls[3:] for n in c["lengths"]]
     assert max(lengths2) <= 10 and max(lengths2) > 4
     assert trainer.generation_config.max_new_tokens == 10 and trainer.max_completion_length == 10

@@ -287,6 +287,13 @@ class AnnealingCurriculumCallback(TrainerCallback):
             {"num_generations": g1, "max_completion_length": trainer.max_completion_length},
             {"num_generations": g2, "max_completion_length": l2},
         )
+        self._budget0 = {}
+        if getattr(trainer, "generation_config", None) is not None:
+            self._budget0["generation_config"] = trainer.generation_config.max_new_tokens
+        if "max_new_tokens" in (getattr(trainer, "generation_kwargs", None) or {}):
+            self._budget0["generation_kwargs"] = trainer.generation_kwargs["max_new_tokens"]
+        if getattr(trainer, "vllm_generation", None) is not None:
+            self._budget0["vllm"] = trainer.vllm_generation.max_completion_length
         trainer.train_dataset = CurriculumDataset(first, second)
         trainer._get_train_sampler = self._train_sampler  # TRL's hook; its get_train_dataloader stays as is
         if self not in trainer.callback_handler.callbacks:
@@ -361,14 +368,16 @@ class AnnealingCurriculumCallback(TrainerCallback):
             return
         values = self._phase_values[phase]
         trainer.num_generations = values["num_generations"]
-        length = values["max_completion_length"]
-        trainer.max_completion_length = length
-        if getattr(trainer, "generation_config", None) is not None:
-            trainer.generation_config.max_new_tokens = length
-        if isinstance(getattr(trainer, "generation_kwargs", None), dict):
-            trainer.generation_kwargs["max_new_tokens"] = length
-        if getattr(trainer, "vllm_generation", None) is not None:
-            trainer.vllm_generation.max_completion_length = length
+        trainer.max_completion_length = values["max_completion_length"]
+        # Generation budget: phase 1 restores what the trainer had when attached (a user's max_new_tokens in
+        # generation_kwargs included); phase 2 sets the new max_completion_length everywhere TRL reads it.
+        budget = self._budget0 if phase == 0 else dict.fromkeys(self._budget0, values["max_completion_length"])
+        if "generation_config" in budget:
+            trainer.generation_config.max_new_tokens = budget["generation_config"]
+        if "generation_kwargs" in budget:
+            trainer.generation_kwargs["max_new_tokens"] = budget["generation_kwargs"]
+        if "vllm" in budget:
+            trainer.vllm_generation.max_completion_length = budget["vllm"]
         if self.phase is not None:
             # A switch inside a run: the round boundary already makes TRL regenerate; dropping the buffer makes
             # sure no rollout of the old phase is trained on after the switch.
