@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 from .evaluation import EntropyPerformanceFitCallback, EntropyPlotCallback, PassAtKCallback
-from .scheduling import EntropyScheduleCallback, make_schedule
+from .scheduling import AnnealingCurriculumCallback, EntropyScheduleCallback, make_schedule
 from .trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "PassAtKCallback",
     "EntropyPerformanceFitCallback",
     "EntropyPlotCallback",
+    "AnnealingCurriculumCallback",
     "__version__",
 ]

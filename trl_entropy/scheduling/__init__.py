@@ -1,5 +1,6 @@
 from .callbacks import EntropyScheduleCallback
 from .controllers import AdaptiveClipController, LambdaStepController, PIController
+from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
 from .schedules import (
     CallableSchedule,
     ConstantSchedule,
@@ -11,6 +12,9 @@ from .schedules import (
 )
 
 __all__ = [
+    "AnnealingCurriculumCallback",
+    "CurriculumDataset",
+    "CurriculumSampler",
     "AdaptiveClipController",
     "LambdaStepController",
     "PIController",
