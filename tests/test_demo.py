@@ -14,7 +14,7 @@ TINY = TestbedRecipe(sft_steps=5, sft_batch_size=8, hidden_size=16, intermediate
 def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
     settings = runner.DemoSettings(steps=4, output_dir=str(tmp_path / "out"), progress=False, recipe=TINY,
-                                   n_eval_problems=8, eval_samples=1, target_start=0.5)
+                                   n_eval_problems=8, eval_samples=1, target_start=0.5, pass_at_k_problems=4)
     results = runner.run_demo(list(runner.METHODS), settings)
     out = capsys.readouterr().out
     assert "track err" in out and "grpo" in out and "entrocraft" in out
@@ -26,6 +26,17 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     assert summary["target_start"] == 0.5
     ac = next(r for r in results if r["method"] == "adaptive_clip")
     assert ac["knob_name"] == "epsilon_high" and len(ac["knob"]) == 4
+    # pass@k: figure, table, summary; monotone in k
+    assert os.path.getsize(tmp_path / "out" / "pass_at_k.png") > 5_000
+    assert "pass@1" in out and "pass@16" in out
+    for r in results:
+        values = [r["pass_at_k"][k] for k in (1, 2, 4, 8, 16)]
+        assert all(0.0 <= a <= b <= 1.0 for a, b in zip(values, values[1:]))
+    assert set(summary["results"][0]["pass_at_k"]) == {"1", "2", "4", "8", "16"}
+    # the model card of a run renders with its picture
+    card = (tmp_path / "out" / "runs" / "adaptive_clip" / "README.md").read_text()
+    assert "# testbed-adaptive_clip" in card and "![Measured entropy vs target](entropy_curves.png)" in card
+    assert (tmp_path / "out" / "runs" / "adaptive_clip" / "entropy_curves.png").exists()
 
 
 def test_cli_help_and_unknown_command(capsys):

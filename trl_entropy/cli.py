@@ -63,6 +63,9 @@ class ScriptArguments:
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_prompt_column: str = field(
+        default="prompt", metadata={"help": "Column holding the prompt; renamed to 'prompt', which GRPOTrainer reads."}
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["testbed"],
         metadata={"help": "Reward functions: names from trl_entropy.rewards.REWARD_FUNCTIONS or 'module:function'."},
@@ -88,6 +91,8 @@ def build_grpo_trainer(script_args: ScriptArguments, training_args):
 
         train_dataset = load_dataset(script_args.dataset_name, script_args.dataset_config,
                                      split=script_args.dataset_train_split)
+        if script_args.dataset_prompt_column != "prompt":
+            train_dataset = train_dataset.rename_column(script_args.dataset_prompt_column, "prompt")
     rewards = [get_reward_function(name) for name in script_args.reward_funcs]
     return GRPOEntropyTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=train_dataset,
                               processing_class=tokenizer)

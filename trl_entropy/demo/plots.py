@@ -4,7 +4,30 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["plot_entropy_curves"]
+__all__ = ["plot_entropy_curves", "plot_pass_at_k"]
+
+
+def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = "pass@k on held-out problems") -> str:
+    """Write a PNG of pass@k against k (log2 axis), one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (method, values) in enumerate(curves.items()):
+        ks = sorted(values)
+        ax.plot(ks, [values[k] for k in ks], marker="o", color=f"C{i}", label=method, lw=1.4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plot_entropy_curves(curves: dict[str, dict[str, list]], path: str, title: str = "Policy entropy vs target") -> str:

@@ -34,6 +34,8 @@ class DemoSettings:
     steps_per_generation: int = 4
     eval_samples: int = 4
     n_eval_problems: int = 200
+    pass_at_k_n: int = 16  # samples per problem for pass@k (k = 1, 2, 4, ..., n)
+    pass_at_k_problems: int = 64
     output_dir: str = "demo_out"
     progress: bool = True
     recipe: testbed.TestbedRecipe = field(default_factory=testbed.TestbedRecipe)
@@ -176,6 +178,10 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     accuracy = testbed.evaluate_accuracy(
         trainer.model, tokenizer, test_problems, n_samples=settings.eval_samples, temperature=1.0, seed=settings.seed
     )
+    pass_k = pass_at_k_curve(trainer.model, tokenizer, test_problems[: settings.pass_at_k_problems],
+                             n=settings.pass_at_k_n, seed=settings.seed)
+    if ours:  # the run's model card and pictures, as a user's run would have them
+        trainer.create_model_card(model_name=f"testbed-{name}")
     return {
         "method": name,
         "description": METHODS[name][2],
@@ -187,11 +193,33 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "reward": [h.get("reward") for h in rows],
         "final_reward": sum(rewards[-tail:]) / tail if rewards else float("nan"),
         "heldout_accuracy": accuracy,
+        "pass_at_k": pass_k,
         "tracking_error": _mean_relative_error(measured, target),
         "final_entropy": sum(measured[-tail:]) / tail if measured else float("nan"),
         "median_step_time": statistics.median(step_times) if step_times else float("nan"),
         "wall_time": wall,
     }
+
+
+def pass_at_k_curve(model, tokenizer, problems, n: int = 16, seed: int = 0) -> dict[int, float]:
+    """Unbiased pass@k for k = 1, 2, 4, ..., n: ``n`` samples per problem at temperature 1, averaged over problems."""
+    from ..metrics import pass_at_k
+
+    texts, _ = testbed.sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7)
+    answers = [p["answer"] for p in problems for _ in range(n)]
+    correct = testbed.accuracy_reward(texts, answers)
+    counts = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(problems))]
+    ks = [2**j for j in range(n.bit_length()) if 2**j <= n]
+    return {k: sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
+
+
+def format_pass_at_k(results: list[dict]) -> str:
+    ks = sorted({k for r in results for k in r.get("pass_at_k", {})})
+    header = f"{'method':<22} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(f"{r['method']:<22} " + " ".join(f"{r['pass_at_k'].get(k, float('nan')):>8.3f}" for k in ks))
+    return "\n".join(lines)
 
 
 def format_table(results: list[dict], baseline: str = "grpo") -> str:
@@ -210,7 +238,7 @@ def format_table(results: list[dict], baseline: str = "grpo") -> str:
 
 def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     """Run each method, print the table, write entropy_curves.png, metrics.jsonl and summary.json."""
-    from .plots import plot_entropy_curves
+    from .plots import plot_entropy_curves, plot_pass_at_k
 
     os.makedirs(settings.output_dir, exist_ok=True)
     model, tokenizer = testbed.load_or_pretrain(settings.recipe, progress=settings.progress)
@@ -243,8 +271,14 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
                    "recipe": settings.recipe.__dict__, "results": summary}, f, indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
                                                                                 "entropy_curves.png"))
+    pass_png = plot_pass_at_k({r["method"]: r["pass_at_k"] for r in results},
+                              os.path.join(settings.output_dir, "pass_at_k.png"))
     print()
     print(format_table(results))
-    print(f"\ntrack err: mean |H - target| / target after the first 10% of steps. Wrote {png}, "
+    print()
+    print(f"pass@k on {min(settings.pass_at_k_problems, len(test_problems))} held-out problems, "
+          f"{settings.pass_at_k_n} samples each (temperature 1):")
+    print(format_pass_at_k(results))
+    print(f"\ntrack err: mean |H - target| / target after the first 10% of steps. Wrote {png}, {pass_png}, "
           f"{os.path.join(settings.output_dir, 'metrics.jsonl')}, {os.path.join(settings.output_dir, 'summary.json')}")
     return results
