@@ -65,6 +65,7 @@ def test_boxed_accuracy():
                          solution=["42", r"answer \boxed{42}", "3", "7"])
     assert got == [1.0, 0.0, 0.0, 1.0]
     assert boxed_accuracy([r"\boxed{\dfrac{1}{2}}"], answer=[r"\frac{1}{2}"]) == [1.0]
+    assert boxed_accuracy(["so the total is\nAnswer: 12"], solution=["12"]) == [1.0]  # DAPO-Math-17k's format
     assert boxed_accuracy(["x"], solution=[None]) == [None]
     with pytest.raises(ValueError, match="solution"):
         boxed_accuracy(["x"])

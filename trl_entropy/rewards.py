@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["REWARD_FUNCTIONS", "get_reward_function", "boxed_accuracy", "last_boxed"]
+__all__ = ["REWARD_FUNCTIONS", "get_reward_function", "boxed_accuracy", "final_answer", "last_boxed"]
 
 
 def last_boxed(text: str) -> str | None:
@@ -26,6 +26,19 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def final_answer(text: str) -> str | None:
+    """The last ``\\boxed{...}``, else the text after the last ``Answer:`` (the format DAPO-Math-17k's prompt asks
+    for), else None."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    i = text.rfind("Answer:")
+    if i < 0:
+        return None
+    line = text[i + len("Answer:") :].strip().splitlines()
+    return line[0] if line else None
+
+
 def _normalize(answer: str) -> str:
     s = str(answer).strip().strip("$").replace(" ", "").replace("\\!", "").replace("dfrac", "frac")
     s = s.replace("\\left", "").replace("\\right", "")
@@ -39,7 +52,9 @@ def _text(completion) -> str:
 
 
 def boxed_accuracy(completions, solution=None, answer=None, **kwargs) -> list[float | None]:
-    """1.0 when the last ``\\boxed{}`` of the completion equals the reference after light normalisation, else 0.0.
+    """1.0 when the completion's final answer equals the reference after light normalisation, else 0.0.
+
+    The final answer is the last ``\\boxed{}``, or else what follows the last ``Answer:``.
 
     The reference is the dataset column ``solution`` (DAPO-Math-17k-Processed) or ``answer``; a reference that
     itself contains ``\\boxed{}`` is reduced to its content. Rows without a reference return None (TRL: unscorable).
@@ -55,7 +70,7 @@ def boxed_accuracy(completions, solution=None, answer=None, **kwargs) -> list[fl
             out.append(None)
             continue
         ref = last_boxed(str(ref)) or str(ref)
-        got = last_boxed(_text(completion))
+        got = final_answer(_text(completion))
         out.append(1.0 if got is not None and _normalize(got) == _normalize(ref) else 0.0)
     return out
 
