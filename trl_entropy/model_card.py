@@ -174,7 +174,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     return template.format(
         yaml_header=yaml_header,
         model_name=model_name or os.path.basename(os.path.normpath(folder)),
-        base_model=base,
+        base_model=(f"a local model (`{base}`)" if os.path.isdir(base) else base),
         trl_version=trl.__version__,
         package_version=__version__,
         entropy_control=control,
