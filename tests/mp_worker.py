@@ -51,5 +51,22 @@ def main(name, out_dir):
         json.dump({"world_size": trainer.accelerator.num_processes, "rows": rec.rows, "metrics": metrics}, f)
 
 
+def _exit_cleanly() -> None:
+    """Leave without running C++ destructors.
+
+    On a loaded machine, gloo's background threads occasionally abort the interpreter at exit ("terminate called
+    without an active exception", SIGABRT) after the run itself has finished. The results are on disk by now: wait until
+    every rank has written them, then exit directly.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
+    _exit_cleanly()

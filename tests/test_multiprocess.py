@@ -18,19 +18,17 @@ def free_port() -> int:
     with socket.socket() as sock:  # torchrun hangs with --master_port 0; pick a free loopback port ourselves
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
 torchrun = shutil.which("torchrun")
 
 
-@pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")
-@pytest.mark.parametrize(
-    "control",
-    sorted(CONTROL_CONFIGS),
-)
-def test_two_processes_agree_at_every_step(tmp_path, control):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+def _run_two_processes(control, out_dir, env):
+    for stale in out_dir.glob("rank*.json"):
+        stale.unlink()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()),
-           os.path.join(HERE, "mp_worker.py"), control, str(tmp_path)]
+           os.path.join(HERE, "mp_worker.py"), control, str(out_dir)]
     # own process group: on a timeout, kill torchrun *and* its workers (a plain timeout orphans the workers)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -40,7 +38,23 @@ def test_two_processes_agree_at_every_step(tmp_path, control):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail(f"two-process run of {control} timed out")
-    assert proc.returncode == 0, stderr[-4000:]
+    return proc.returncode, stderr
+
+
+@pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")
+@pytest.mark.parametrize(
+    "control",
+    sorted(CONTROL_CONFIGS),
+)
+def test_two_processes_agree_at_every_step(tmp_path, control):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    for attempt in range(2):
+        returncode, stderr = _run_two_processes(control, tmp_path, env)
+        # A native abort (SIGABRT, "terminate called without an active exception") in gloo's threads is a known
+        # flake of CPU torch.distributed on loaded machines; it is not a disagreement. Retry it once, nothing else.
+        if returncode == 0 or "SIGABRT" not in stderr or attempt == 1:
+            break
+    assert returncode == 0, stderr[-4000:]
     r0 = json.load(open(tmp_path / "rank0.json"))
     r1 = json.load(open(tmp_path / "rank1.json"))
     assert r0["world_size"] == r1["world_size"] == 2
