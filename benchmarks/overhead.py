@@ -6,12 +6,15 @@ Every configuration trains the pretrained testbed model for the same steps with 
 (steps_per_generation=4, so clip bounds and KL-Cov-like terms act), and the runs are interleaved across repeats so
 drift of the machine hits all of them alike. Reported: median optimizer-step time (TRL's own `step_time`, which
 includes generation on the steps that generate), its ratio to plain GRPOTrainer, and the median wall time of a
-whole run. Target (issue tracker): <= 1.03x time on CPU.
+whole run. Target (issue tracker): <= 1.03x time on CPU. Our configurations run with `entropy_plots=False` (the
+controls alone); the row "none + PNG pictures" shows what the default end-of-training pictures add.
 
 Memory: the peak RSS of one process only grows across runs, so it cannot separate configurations run in one
 process; with `--memory`, every configuration is also trained once in a fresh child process of its own (same steps)
-and its peak resident set size (`ru_maxrss`) is reported next to plain GRPOTrainer's. On CPU this includes the
-Python/torch runtime (~hundreds of MB), so it bounds what a control adds rather than isolating it.
+and the peak resident set size of its training phase is reported next to plain GRPOTrainer's (Linux: the kernel's
+peak-RSS counter is reset after imports and a 2-step warm-up run, then read after training). It still includes the
+resident runtime (~500 MB here), so the ratio bounds what a control adds from above; "added MiB" is the peak minus
+the resident size when training started.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ warnings.filterwarnings("ignore")
 CONFIGS = {
     "grpo (TRL GRPOTrainer)": None,
     "none (GRPOEntropyTrainer)": {"entropy_control": "none"},
+    "none + PNG pictures": {"entropy_control": "none", "entropy_plots": True},
     "adaptive_clip": {"entropy_control": "adaptive_clip", "entropy_schedule_start": 0.4},
     "entrocraft": {"entropy_control": "entrocraft", "entropy_schedule_start": 0.4},
     "positive_reweight": {"entropy_control": "positive_reweight", "entropy_schedule_start": 0.4},
     "w_reinforce": {"entropy_control": "w_reinforce"},
     "clip_cov": {"entropy_control": "clip_cov"},
+    "clip_cov (local scope)": {"entropy_control": "clip_cov", "cov_scope": "local"},
     "kl_cov": {"entropy_control": "kl_cov"},
+    "kl_cov (local scope)": {"entropy_control": "kl_cov", "cov_scope": "local"},
     "entropic": {"entropy_control": "entropic", "entropy_schedule_start": 0.4},
 }
 
@@ -55,7 +61,8 @@ def run_once(name, overrides, steps, seed):
                               train_dataset=train_ds, processing_class=tok)
     else:
         trainer = GRPOEntropyTrainer(model=model, reward_funcs=testbed.accuracy_reward,
-                                     args=GRPOEntropyConfig(**kw, **overrides), train_dataset=train_ds,
+                                     args=GRPOEntropyConfig(**{"entropy_plots": False, **kw, **overrides}),
+                                     train_dataset=train_ds,
                                      processing_class=tok)
     trainer.remove_callback(PrinterCallback)
     t0 = time.perf_counter()
@@ -65,22 +72,52 @@ def run_once(name, overrides, steps, seed):
     return times, wall
 
 
-def peak_rss_mb(name, steps) -> float:
-    """Train ``name`` once in a fresh child process; its peak resident set size in MiB."""
+def peak_rss_mb(name, steps) -> tuple[float, float]:
+    """Train ``name`` once in a fresh child process: (peak RSS of the training phase, peak minus the RSS at its
+    start), in MiB."""
     import json
     import subprocess
 
     out = subprocess.run([sys.executable, __file__, "--child", name, "--steps", str(steps)], check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["peak_rss_mb"]
+    row = json.loads(out.strip().splitlines()[-1])
+    return row["peak_rss_mb"], row["added_mb"]
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter of this process (Linux >= 4.0); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def child(name, steps):
+    """Peak RSS of the training phase alone: the counter is reset after imports and the testbed load, so the
+    import-time peak of torch/transformers (the same for every configuration) does not hide what training adds."""
     import json
     import resource
 
-    run_once(name, CONFIGS[name], steps, seed=0)
-    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    run_once("warm-up", None, 2, 0)  # imports, testbed load and kernel warm-up happen before the reset
+    if _reset_peak_rss():
+        start = _status_mb("VmRSS")
+        run_once(name, CONFIGS[name], steps, seed=0)
+        peak = _status_mb("VmHWM")
+    else:  # not Linux: whole-process peak, dominated by the runtime
+        start = 0.0
+        run_once(name, CONFIGS[name], steps, seed=0)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_rss_mb": peak, "added_mb": peak - start}))
 
 
 def main(argv=None):
@@ -110,7 +147,7 @@ def main(argv=None):
     print(f"\n{a.steps} steps x {a.repeats} repeats, steps_per_generation=4, torch threads={torch.get_num_threads()}")
     header = f"{'configuration':<28} {'median step ms':>14} {'vs TRL':>7} {'median run s':>12} {'vs TRL':>7}"
     if memory:
-        header += f" {'peak RSS MiB':>12} {'vs TRL':>7}"
+        header += f" {'peak RSS MiB':>12} {'vs TRL':>7} {'added MiB':>9}"
     print(header + "\n" + "-" * len(header))
     base_mem = memory.get("grpo (TRL GRPOTrainer)")
     for name in CONFIGS:
@@ -118,7 +155,8 @@ def main(argv=None):
         wall = statistics.median(walls[name])
         line = f"{name:<28} {1000 * med:>14.1f} {med / base:>6.3f}x {wall:>12.2f} {wall / base_wall:>6.3f}x"
         if memory:
-            line += f" {memory[name]:>12.1f} {memory[name] / base_mem:>6.3f}x"
+            peak, added = memory[name]
+            line += f" {peak:>12.1f} {peak / base_mem[0]:>6.3f}x {added:>9.1f}"
         print(line)
     return 0
 

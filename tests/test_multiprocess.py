@@ -23,12 +23,12 @@ def free_port() -> int:
 torchrun = shutil.which("torchrun")
 
 
-def _run_two_processes(control, out_dir, env):
+def _run_two_processes(control, out_dir, env, worker="mp_worker.py"):
     for stale in out_dir.glob("rank*.json"):
         stale.unlink()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()),
-           os.path.join(HERE, "mp_worker.py"), control, str(out_dir)]
+           "--master_port", str(free_port()), os.path.join(HERE, worker)]
+    cmd += [str(out_dir)] if control is None else [control, str(out_dir)]
     # own process group: on a timeout, kill torchrun *and* its workers (a plain timeout orphans the workers)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -41,20 +41,24 @@ def _run_two_processes(control, out_dir, env):
     return proc.returncode, stderr
 
 
+def _run_checked(control, out_dir, worker="mp_worker.py"):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    for attempt in range(2):
+        returncode, stderr = _run_two_processes(control, out_dir, env, worker)
+        # A native abort (SIGABRT, "terminate called without an active exception") in gloo's threads is a known
+        # flake of CPU torch.distributed on loaded machines; it is not a disagreement. Retry it once, nothing else.
+        if returncode == 0 or "SIGABRT" not in stderr or attempt == 1:
+            break
+    assert returncode == 0, stderr[-4000:]
+
+
 @pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")
 @pytest.mark.parametrize(
     "control",
     sorted(CONTROL_CONFIGS),
 )
 def test_two_processes_agree_at_every_step(tmp_path, control):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    for attempt in range(2):
-        returncode, stderr = _run_two_processes(control, tmp_path, env)
-        # A native abort (SIGABRT, "terminate called without an active exception") in gloo's threads is a known
-        # flake of CPU torch.distributed on loaded machines; it is not a disagreement. Retry it once, nothing else.
-        if returncode == 0 or "SIGABRT" not in stderr or attempt == 1:
-            break
-    assert returncode == 0, stderr[-4000:]
+    _run_checked(control, tmp_path)
     r0 = json.load(open(tmp_path / "rank0.json"))
     r1 = json.load(open(tmp_path / "rank1.json"))
     assert r0["world_size"] == r1["world_size"] == 2
@@ -68,3 +72,20 @@ def test_two_processes_agree_at_every_step(tmp_path, control):
             selected, fraction = m["entropy_control/selected_tokens"], m["entropy_control/selected_fraction"]
             valid = round(selected / fraction)
             assert selected == max(1, int(0.1 * valid)) and selected >= 2
+
+
+@pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")
+def test_pass_at_k_is_reduced_over_processes(tmp_path):
+    """PassAtKCallback during training on 2 ranks: both log the pass@k over *all* problems, none deadlocks."""
+    _run_checked(None, tmp_path, worker="mp_eval_worker.py")
+    r0 = json.load(open(tmp_path / "rank0.json"))
+    r1 = json.load(open(tmp_path / "rank1.json"))
+    assert r0["world_size"] == r1["world_size"] == 2
+    assert r0["evals"] == r1["evals"]
+    assert len(r0["losses"]) == 2  # the training steps' own logs survive the evaluation's log entries
+    # every_n_steps=1 over 2 steps (the end-of-training evaluation at step 2 is not repeated)
+    assert len(r0["evals"]) == 2
+    for e in r0["evals"]:
+        # problems 0 and 1 of 5 are correct whatever is sampled: rank 0 alone would say 1/3, rank 1 alone 1/2
+        assert e["eval/pass@1"] == pytest.approx(0.4) and e["eval/pass@4"] == pytest.approx(0.4)
+        assert e["eval/mean@4"] == pytest.approx(0.4)
