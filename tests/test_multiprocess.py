@@ -68,6 +68,8 @@ def test_two_processes_agree_at_every_step(tmp_path, control):
     if control == "kl_cov":  # cov_scope="global": exactly the global quota over both processes' tokens each step
         steps = [m for m in r0["metrics"] if "entropy_control/selected_tokens" in m]
         assert len(steps) == 4
+        # covariance diagnostics: sum/count and max reduced over both processes, identical on both (checked above)
+        assert all(m["entropy_control/covariance_max"] >= m["entropy_control/covariance_mean"] for m in steps)
         for m in steps:
             selected, fraction = m["entropy_control/selected_tokens"], m["entropy_control/selected_fraction"]
             valid = round(selected / fraction)

@@ -406,6 +406,38 @@ def test_short_training_run(tmp_path, name, extra):
         assert sum(selected) > 0
     else:
         assert sum(selected) > 0
+        cov_mean = history(trainer, "entropy_control/covariance_mean")
+        cov_max = history(trainer, "entropy_control/covariance_max")
+        assert len(cov_mean) == len(cov_max) == 4
+        assert all(math.isfinite(m) and math.isfinite(x) and x >= m for m, x in zip(cov_mean, cov_max))
+
+
+@pytest.mark.parametrize("scope", ["global", "local"])
+def test_covariance_diagnostics_match_a_hand_computation(scope):
+    """covariance_mean is the token-level Cov(logp, A) of the step (Cui et al.'s quantity), covariance_max its
+    largest centred product; local scope: over each micro-batch's own centring, as verl computes it."""
+    control = KLCovControl(cfg(kl_cov_ratio=0.05, cov_scope=scope))
+    batch = _batches()
+    parts = _split(batch, 4)
+    if scope == "global":
+        control.plan_window(parts, **IDENTITY)
+        covs = [token_covariance(batch.logps, batch.advantages, batch.mask)[batch.mask]]
+    else:
+        covs = []
+        for part in parts:
+            control.token_hooks(part)
+            covs.append(token_covariance(part.logps, part.advantages, part.mask)[part.mask])
+    values = torch.cat(covs).double()
+    metrics = control.step_metrics(control.step_counts())
+    assert metrics["covariance_mean"] == pytest.approx(float(values.mean()), rel=1e-9)
+    assert metrics["covariance_max"] == pytest.approx(float(values.max()), rel=1e-6)
+    if scope == "global":  # = mean(l*A) - mean(l)*mean(A) over the valid tokens
+        adv = batch.advantages.expand_as(batch.logps)[batch.mask].double()
+        logp = batch.logps[batch.mask].double()
+        expected = float((logp * adv).mean() - logp.mean() * adv.mean())
+        assert metrics["covariance_mean"] == pytest.approx(expected, rel=1e-6)
+    # read resets: an empty next step reports no covariance (never NaN or -inf)
+    assert "covariance_mean" not in control.step_metrics(control.step_counts())
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -120,7 +120,8 @@ class EntropyControl:
         return None
 
     def step_counts(self) -> dict[str, float]:
-        """Local counts of the optimizer step that just ended (reset on read); the trainer sums them globally."""
+        """Local counts of the optimizer step that just ended (reset on read); the trainer sums them globally
+        (keys starting with ``"max:"`` are reduced by maximum instead)."""
         return {}
 
     def step_metrics(self, totals: dict[str, float]) -> dict[str, float]:
@@ -407,6 +408,31 @@ class CovarianceControl(TokenHookControl):
         self.needs_step_plan = self.scope == "global"
         self.draws = 0  # generator counter, identical on every process (global) / per process (local)
         self.rank = 0
+        self._cov_sum = 0.0
+        self._cov_count = 0.0
+        self._cov_max = -math.inf
+
+    def _observe_covariance(self, cov: torch.Tensor, mask: torch.Tensor) -> None:
+        """Accumulate the step's covariance diagnostics (sum, count, max over valid tokens)."""
+        values = cov.detach()[mask]
+        if values.numel():
+            self._cov_sum += float(values.double().sum())
+            self._cov_count += float(values.numel())
+            self._cov_max = max(self._cov_max, float(values.max()))
+
+    def step_counts(self):
+        counts = super().step_counts()
+        counts.update({"cov_sum": self._cov_sum, "cov_count": self._cov_count, "max:cov_max": self._cov_max})
+        self._cov_sum = self._cov_count = 0.0
+        self._cov_max = -math.inf
+        return counts
+
+    def step_metrics(self, totals):
+        out = super().step_metrics(totals)
+        if totals.get("cov_count", 0.0) > 0:  # no valid token this step: nothing to report (never NaN)
+            out["covariance_mean"] = totals["cov_sum"] / totals["cov_count"]
+            out["covariance_max"] = totals["max:cov_max"]
+        return out
 
     @property
     def ratio(self) -> float:
@@ -430,6 +456,7 @@ class CovarianceControl(TokenHookControl):
     def token_hooks(self, batch, planned=None):
         if planned is None:  # local scope: per micro-batch, from this forward's log-probs
             cov = token_covariance(batch.logps, batch.advantages, batch.mask)
+            self._observe_covariance(cov, batch.mask)
             k = min(self.quota(int(batch.mask.sum())), int(batch.mask.sum()))
             selected = self.select(cov, batch, k, generator=self._generator(self.rank))
         else:
@@ -457,6 +484,7 @@ class CovarianceControl(TokenHookControl):
         sums = reduce_sum(masked_sums(batch.logps, batch.advantages, mask, dtype=sums_dtype))
         stats = means_from_sums(sums)
         cov = token_covariance(batch.logps, batch.advantages, mask, stats=stats)
+        self._observe_covariance(cov, mask)
         k = self.quota(int(round(float(sums[2]))))
         selected = self.select(cov, batch, k, gather=gather, generator=self._generator(0))
         return list(torch.split(selected, [b.mask.shape[0] for b in batches]))

@@ -456,6 +456,21 @@ class GRPOEntropyTrainer(GRPOTrainer):
         measured = float(totals[0].item()) / count if count > 0 else float("nan")
         return measured, count
 
+    def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
+        """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum."""
+        acc = self.accelerator
+        sums = sorted(k for k in counts if not k.startswith("max:"))
+        maxes = sorted(k for k in counts if k.startswith("max:"))
+        totals = {}
+        if sums:
+            local = torch.tensor([counts[k] for k in sums], dtype=torch.float64, device=acc.device)
+            totals.update(zip(sums, acc.reduce(local, "sum").tolist()))
+        if maxes:
+            local = torch.tensor([counts[k] for k in maxes], dtype=torch.float64, device=acc.device)
+            gathered = acc.gather(local).view(acc.num_processes, len(maxes))
+            totals.update(zip(maxes, gathered.max(dim=0).values.tolist()))
+        return totals
+
     # ------------------------------------------------------------------ control (E)
     def _on_optimizer_step_boundary(self) -> None:
         self._ec_micro_in_step = 0
@@ -464,10 +479,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
         metrics = self._metrics["train"]
         control = self.entropy_control
         if control is not None and control.uses_token_hooks:
-            counts = control.step_counts()
-            names = sorted(counts)
-            local = torch.tensor([counts[k] for k in names], dtype=torch.float64, device=self.accelerator.device)
-            totals = dict(zip(names, self.accelerator.reduce(local, "sum").tolist()))
+            totals = self._reduce_step_counts(control.step_counts())
             for key, value in control.step_metrics(totals).items():
                 metrics[METRIC_PREFIX + key].append(value)
         if not math.isfinite(measured):
