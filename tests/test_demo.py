@@ -37,6 +37,8 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     card = (tmp_path / "out" / "runs" / "adaptive_clip" / "README.md").read_text()
     assert "# testbed-adaptive_clip" in card and "![Measured entropy vs target](entropy_curves.png)" in card
     assert (tmp_path / "out" / "runs" / "adaptive_clip" / "entropy_curves.png").exists()
+    ac_pass = ac["pass_at_k"]
+    assert "pass@k on held-out problems" in card and f"| pass@k | {ac_pass[1]:.3f} |" in card
 
 
 def test_cli_help_and_unknown_command(capsys):

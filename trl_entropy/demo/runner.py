@@ -185,7 +185,10 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     )
     pass_k = pass_at_k_curve(trainer.model, tokenizer, test_problems[: settings.pass_at_k_problems],
                              n=settings.pass_at_k_n, seed=settings.seed)
-    if ours:  # the run's model card and pictures, as a user's run would have them
+    if ours:  # the run's model card and pictures, as a user's run would have them (pass@k included)
+        from ..evaluation import _log_aside
+
+        _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
         trainer.create_model_card(model_name=f"testbed-{name}")
     return {
         "method": name,
