@@ -44,11 +44,22 @@ def main(name, out_dir):
     rec = Recorder()
     rec.trainer = trainer
     trainer.add_callback(rec)
+    # this rank's own (sum of entropy, token count) of every optimizer step, as it enters the all-reduce
+    local_windows = []
+    reduce_window = trainer._reduce_window
+
+    def recording_reduce_window():
+        window = trainer._ec_window
+        local_windows.append(None if window is None else [float(x) for x in window.tolist()])
+        return reduce_window()
+
+    trainer._reduce_window = recording_reduce_window
     trainer.train()
     rank = trainer.accelerator.process_index
     metrics = [{k: v for k, v in h.items() if k.startswith("entropy_control/")} for h in trainer.state.log_history]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"world_size": trainer.accelerator.num_processes, "rows": rec.rows, "metrics": metrics}, f)
+        json.dump({"world_size": trainer.accelerator.num_processes, "rows": rec.rows, "metrics": metrics,
+                   "local_windows": local_windows}, f)
 
 
 def _exit_cleanly() -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import CONTROL_CONFIGS
 
 HERE = os.path.dirname(__file__)
@@ -65,6 +66,14 @@ def test_two_processes_agree_at_every_step(tmp_path, control):
     assert len(r0["rows"]) == 4
     assert r0["rows"] == r1["rows"]  # knob, controller state, measured entropy and target: bit-identical
     assert r0["metrics"] == r1["metrics"]
+    # the measured entropy is what one process holding both ranks' tokens would compute: total sum / total count
+    # (not the mean of the two ranks' means, which differs whenever the ranks hold different token counts)
+    assert len(r0["local_windows"]) == len(r1["local_windows"]) == 4
+    for row, w0, w1 in zip(r0["rows"], r0["local_windows"], r1["local_windows"]):
+        total = torch.tensor(w0, dtype=torch.float32) + torch.tensor(w1, dtype=torch.float32)  # as gloo adds them
+        assert row["measured"] == pytest.approx(float(total[0]) / float(total[1]), rel=1e-12)
+    unequal = [(w0, w1) for w0, w1 in zip(r0["local_windows"], r1["local_windows"]) if w0[1] != w1[1]]
+    assert unequal, "the ranks never held different token counts: the check above cannot tell sum/count from a mean"
     if control == "kl_cov":  # cov_scope="global": exactly the global quota over both processes' tokens each step
         steps = [m for m in r0["metrics"] if "entropy_control/selected_tokens" in m]
         assert len(steps) == 4
