@@ -39,6 +39,7 @@ from .losses.covariance import (
     ppo_clipped_tokens,
     selection_quota,
     token_covariance,
+    wide_float_dtype,
 )
 from .losses.policy_loss import TokenHooks
 from .losses.reweighting import positive_reweight_progression
@@ -416,7 +417,7 @@ class CovarianceControl(TokenHookControl):
         """Accumulate the step's covariance diagnostics (sum, count, max over valid tokens)."""
         values = cov.detach()[mask]
         if values.numel():
-            self._cov_sum += float(values.double().sum())
+            self._cov_sum += float(values.to(wide_float_dtype(values.device)).sum())
             self._cov_count += float(values.numel())
             self._cov_max = max(self._cov_max, float(values.max()))
 
@@ -480,7 +481,7 @@ class CovarianceControl(TokenHookControl):
         """
         batch = _cat_batches(batches)
         mask = batch.mask
-        sums_dtype = torch.float64 if batch.logps.device.type != "mps" else torch.float32
+        sums_dtype = wide_float_dtype(batch.logps.device)
         sums = reduce_sum(masked_sums(batch.logps, batch.advantages, mask, dtype=sums_dtype))
         stats = means_from_sums(sums)
         cov = token_covariance(batch.logps, batch.advantages, mask, stats=stats)
@@ -506,13 +507,14 @@ class KLCovControl(CovarianceControl):
         # exact global top-k: every process contributes its own top-k values (the global top-k lies in their union)
         values = cov[mask]
         m = min(k, values.numel())
-        local = torch.full((k,), -math.inf, dtype=torch.float64, device=cov.device)
+        wide = wide_float_dtype(cov.device)
+        local = torch.full((k,), -math.inf, dtype=wide, device=cov.device)
         if m > 0:
-            local[:m] = torch.topk(values.double(), m, largest=True, sorted=True).values
+            local[:m] = torch.topk(values.to(wide), m, largest=True, sorted=True).values
         gathered = gather(local)
         gathered = gathered[torch.isfinite(gathered)]
         threshold = kl_cov_threshold(gathered, k)
-        return mask & (cov.double() >= threshold)
+        return mask & (cov.to(wide) >= threshold)
 
     def hooks_from(self, selected):
         return TokenHooks(kl_cov_mask=selected, kl_cov_coef=float(self.args.kl_cov_coef))

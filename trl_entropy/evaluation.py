@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 from transformers import TrainerCallback
 
+from .losses.covariance import wide_float_dtype
 from .metrics import fit_entropy_performance, pass_at_k
 
 __all__ = ["PassAtKCallback", "EntropyPerformanceFitCallback", "EntropyPlotCallback", "write_training_plots"]
@@ -123,7 +124,8 @@ class PassAtKCallback(TrainerCallback):
         mine = self.problems[rank::world]
         counts = self._correct_counts(mine) if mine else []
         sums = [sum(c / self.n for c in counts)] + [sum(pass_at_k(self.n, c, k) for c in counts) for k in self.ks]
-        totals = acc.reduce(torch.tensor(sums + [float(len(counts))], dtype=torch.float64, device=acc.device), "sum")
+        local = torch.tensor(sums + [float(len(counts))], dtype=wide_float_dtype(acc.device), device=acc.device)
+        totals = acc.reduce(local, "sum")
         totals = totals.tolist()
         m = max(totals[-1], 1.0)
         results = {f"eval/mean@{self.n}": totals[0] / m}

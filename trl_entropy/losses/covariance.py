@@ -52,6 +52,12 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------------------
 
 
+
+def wide_float_dtype(device) -> torch.dtype:
+    """float64 for sums and reductions where the backend has it; float32 on MPS, which has no float64."""
+    device = torch.device(device)
+    return torch.float32 if device.type == "mps" else torch.float64
+
 def _check_tensor(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}.")
@@ -170,7 +176,7 @@ def means_from_sums(sums: torch.Tensor) -> tuple[float, float]:
     _check_tensor("sums", sums)
     if sums.shape != (3,):
         raise ValueError(f"sums must have shape (3,), got {tuple(sums.shape)}.")
-    sum_a, sum_l, count = (float(v) for v in sums.detach().double().cpu())
+    sum_a, sum_l, count = (float(v) for v in sums.detach().cpu().double())
     if not all(math.isfinite(v) for v in (sum_a, sum_l, count)):
         raise ValueError(f"sums must be finite, got {(sum_a, sum_l, count)}.")
     if count < 0:
@@ -215,7 +221,7 @@ def token_covariance(
     lp = logps.to(dtype)
     adv = adv.to(dtype=dtype, device=lp.device)
     if stats is None:
-        sums = masked_sums(lp, adv, valid, dtype=torch.float64 if lp.device.type != "mps" else torch.float32)
+        sums = masked_sums(lp, adv, valid, dtype=wide_float_dtype(lp.device))
         mean_a, mean_l = means_from_sums(sums)
     else:
         if len(stats) != 2:

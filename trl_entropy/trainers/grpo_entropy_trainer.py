@@ -37,6 +37,7 @@ from trl import GRPOTrainer
 
 from ..controls import RolloutContext, TokenBatch, build_control
 from ..evaluation import EntropyPlotCallback, write_training_plots
+from ..losses.covariance import wide_float_dtype
 from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.schedules import make_schedule
@@ -306,7 +307,8 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if not decision.counts:
             return
         names = sorted(decision.counts)
-        local = torch.tensor([decision.counts[k] for k in names], dtype=torch.float64, device=self.accelerator.device)
+        local = torch.tensor([decision.counts[k] for k in names], dtype=wide_float_dtype(self.accelerator.device),
+                             device=self.accelerator.device)
         totals = dict(zip(names, self.accelerator.reduce(local, "sum").tolist()))
         for key, value in self.entropy_control.rollout_metrics(totals).items():
             metrics[METRIC_PREFIX + key].append(value)
@@ -459,14 +461,15 @@ class GRPOEntropyTrainer(GRPOTrainer):
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
         """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum."""
         acc = self.accelerator
+        dtype = wide_float_dtype(acc.device)
         sums = sorted(k for k in counts if not k.startswith("max:"))
         maxes = sorted(k for k in counts if k.startswith("max:"))
         totals = {}
         if sums:
-            local = torch.tensor([counts[k] for k in sums], dtype=torch.float64, device=acc.device)
+            local = torch.tensor([counts[k] for k in sums], dtype=dtype, device=acc.device)
             totals.update(zip(sums, acc.reduce(local, "sum").tolist()))
         if maxes:
-            local = torch.tensor([counts[k] for k in maxes], dtype=torch.float64, device=acc.device)
+            local = torch.tensor([counts[k] for k in maxes], dtype=dtype, device=acc.device)
             gathered = acc.gather(local).view(acc.num_processes, len(maxes))
             totals.update(zip(maxes, gathered.max(dim=0).values.tolist()))
         return totals
