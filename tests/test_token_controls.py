@@ -412,6 +412,34 @@ def test_short_training_run(tmp_path, name, extra):
         assert all(math.isfinite(m) and math.isfinite(x) and x >= m for m, x in zip(cov_mean, cov_max))
 
 
+@pytest.mark.parametrize("name", ["kl_cov", "clip_cov"])
+def test_single_micro_batch_global_plan_runs_no_extra_forward_and_selects_the_same(tmp_path, name, monkeypatch):
+    """gradient_accumulation_steps=1: the global selection comes from the loss forward itself (no extra no-grad
+    forward) and equals the one planned from the extra forward, step for step."""
+    kw = dict(max_steps=4, entropy_control=name, kl_cov_ratio=0.1, clip_cov_ratio=0.1, clip_cov_lb=-10.0,
+              clip_cov_ub=10.0, **OFF_POLICY)
+    runs = {}
+    for inline in (True, False):
+        monkeypatch.setattr(GRPOEntropyTrainer, "_inline_single_micro_batch_plan", inline)
+        trainer = make_trainer(tiny_args(tmp_path / str(inline), **kw))
+        forwards = []
+        original = GRPOTrainer._get_per_token_logps_and_entropies
+
+        def counting(self, *args, **kwargs):
+            forwards.append(torch.is_grad_enabled())
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+        trainer.train()
+        monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", original)
+        runs[inline] = (history(trainer, "entropy_control/selected_tokens"), history(trainer, "loss"),
+                        forwards.count(False))
+    (sel_inline, loss_inline, nograd_inline), (sel_extra, loss_extra, nograd_extra) = runs[True], runs[False]
+    assert sel_inline == sel_extra and sum(sel_inline) > 0
+    assert loss_inline == pytest.approx(loss_extra, rel=1e-5, abs=1e-7)
+    assert nograd_extra - nograd_inline == 4  # one extra no-grad forward per optimizer step saved
+
+
 @pytest.mark.parametrize("scope", ["global", "local"])
 def test_covariance_diagnostics_match_a_hand_computation(scope):
     """covariance_mean is the token-level Cov(logp, A) of the step (Cui et al.'s quantity), covariance_max its

@@ -19,8 +19,11 @@ Hooks used (trl 1.16):
     run `trl_entropy.losses.policy_loss.trainer_compute_loss` (TRL's forward, our loss, equal to TRL's with the hooks
     off) with the control's hooks; every other control keeps TRL's `_compute_loss` untouched. With
     `cov_scope="global"` the covariance selection is planned once per optimizer step, before its first micro-batch,
-    from a no-grad forward over the step's buffered micro-batches (see `_plan_token_selection`).
+    from a no-grad forward over the step's buffered micro-batches (see `_plan_token_selection`); when the step is a
+    single micro-batch per process, it is planned inside the loss forward instead, from the same log-probs, with no
+    extra pass.
 """
+
 
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_l
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.schedules import make_schedule
 from .grpo_entropy_config import GRPOEntropyConfig
+
+_INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
 
 __all__ = ["GRPOEntropyTrainer", "CONTROL_STATE_FILE"]
 
@@ -108,6 +113,9 @@ class GRPOEntropyTrainer(GRPOTrainer):
     """
 
     _tag_names = ["trl", "grpo", "trl-entropy"]
+    # cov_scope="global" with one micro-batch per optimizer step: take the selection from the loss forward's log-probs
+    # (the same values the extra no-grad forward would compute) instead of running that forward. Off only in tests.
+    _inline_single_micro_batch_plan = True
 
     def __init__(self, model, reward_funcs, args: GRPOEntropyConfig | None = None, *pargs, **kwargs):
         if args is None:
@@ -352,7 +360,8 @@ class GRPOEntropyTrainer(GRPOTrainer):
         `steps_per_generation * num_iterations` is a multiple of `gradient_accumulation_steps` the window is the
         whole optimizer step. The current policy's log-probs come from one no-grad forward per micro-batch (the
         parameters do not change within a step), so the selection is what the loss forward would see, and equal on
-        every process.
+        every process. A window of one micro-batch (e.g. `gradient_accumulation_steps=1`) runs no extra forward: it is
+        marked inline and selected inside the loss forward from that forward's own log-probs (same values).
         """
         self._ec_plan = {}
         ga = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
@@ -370,6 +379,9 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 stacklevel=2,
             )
         indices = list(range(start, end))
+        if len(indices) == 1 and self._inline_single_micro_batch_plan:
+            self._ec_plan = {start: _INLINE_PLAN}
+            return
         batches = []
         for j in indices:
             mb = self._buffered_inputs[j % spg]
@@ -392,9 +404,16 @@ class GRPOEntropyTrainer(GRPOTrainer):
         planned = self._ec_plan.get(self._step) if control.needs_step_plan else None
         if control.needs_step_plan and planned is None:
             raise RuntimeError(f"no planned token selection for micro-batch {self._step} (cov_scope='global').")
+        acc = self.accelerator
 
         def hooks_fn(logps, old, advantages, mask, entropies):
-            return control.token_hooks(self._token_batch(logps, old, advantages, mask), planned=planned)
+            batch = self._token_batch(logps, old, advantages, mask)  # detached values of this loss forward
+            selection = planned
+            if isinstance(planned, str):  # _INLINE_PLAN: every process is here once this step, in lockstep
+                selection = control.plan_window(
+                    [batch], lambda t: acc.reduce(t, reduction="sum"), lambda t: acc.gather(t)
+                )[0]
+            return control.token_hooks(batch, planned=selection)
 
         return trainer_compute_loss(self, model, inputs, hooks_fn)
 
