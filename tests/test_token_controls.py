@@ -412,6 +412,21 @@ def test_short_training_run(tmp_path, name, extra):
         assert all(math.isfinite(m) and math.isfinite(x) and x >= m for m, x in zip(cov_mean, cov_max))
 
 
+def test_global_scope_over_several_micro_batches_in_the_training_loop(tmp_path):
+    """gradient_accumulation_steps=2: the extra-forward plan covers both micro-batches of each optimizer step, so
+    KL-Cov selects exactly the quota of the step's total valid tokens."""
+    args = tiny_args(tmp_path, max_steps=4, entropy_control="kl_cov", kl_cov_ratio=0.1, gradient_accumulation_steps=2,
+                     steps_per_generation=4, per_device_train_batch_size=4)
+    trainer = make_trainer(args)
+    trainer.train()
+    selected = history(trainer, "entropy_control/selected_tokens")
+    fraction = history(trainer, "entropy_control/selected_fraction")
+    assert len(selected) == 4 and all(math.isfinite(x) for x in history(trainer, "loss"))
+    for sel, frac in zip(selected, fraction):
+        valid = round(sel / frac)
+        assert sel == max(1, int(0.1 * valid))
+
+
 @pytest.mark.parametrize("name", ["kl_cov", "clip_cov"])
 def test_single_micro_batch_global_plan_runs_no_extra_forward_and_selects_the_same(tmp_path, name, monkeypatch):
     """gradient_accumulation_steps=1: the global selection comes from the loss forward itself (no extra no-grad
