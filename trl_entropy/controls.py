@@ -409,23 +409,24 @@ class CovarianceControl(TokenHookControl):
         self.needs_step_plan = self.scope == "global"
         self.draws = 0  # generator counter, identical on every process (global) / per process (local)
         self.rank = 0
-        self._cov_sum = 0.0
-        self._cov_count = 0.0
-        self._cov_max = -math.inf
+        self._cov_stats: torch.Tensor | None = None  # (sum, count, max) over the step's valid tokens, on the device
 
     def _observe_covariance(self, cov: torch.Tensor, mask: torch.Tensor) -> None:
-        """Accumulate the step's covariance diagnostics (sum, count, max over valid tokens)."""
-        values = cov.detach()[mask]
-        if values.numel():
-            self._cov_sum += float(values.to(wide_float_dtype(values.device)).sum())
-            self._cov_count += float(values.numel())
-            self._cov_max = max(self._cov_max, float(values.max()))
+        """Accumulate the step's covariance diagnostics on the device (read, with one sync, at the step's end)."""
+        if mask.numel() == 0:
+            return
+        cov = cov.detach().to(wide_float_dtype(cov.device))
+        stats = torch.stack([torch.where(mask, cov, 0.0).sum(), mask.sum().to(cov.dtype),
+                             torch.where(mask, cov, -math.inf).max()])
+        if self._cov_stats is not None:
+            stats = torch.cat([self._cov_stats[:2] + stats[:2], torch.maximum(self._cov_stats[2:], stats[2:])])
+        self._cov_stats = stats
 
     def step_counts(self):
         counts = super().step_counts()
-        counts.update({"cov_sum": self._cov_sum, "cov_count": self._cov_count, "max:cov_max": self._cov_max})
-        self._cov_sum = self._cov_count = 0.0
-        self._cov_max = -math.inf
+        cov_sum, cov_count, cov_max = (0.0, 0.0, -math.inf) if self._cov_stats is None else self._cov_stats.tolist()
+        self._cov_stats = None
+        counts.update({"cov_sum": cov_sum, "cov_count": cov_count, "max:cov_max": cov_max})
         return counts
 
     def step_metrics(self, totals):

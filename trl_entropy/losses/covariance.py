@@ -52,11 +52,11 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------------------
 
 
-
 def wide_float_dtype(device) -> torch.dtype:
     """float64 for sums and reductions where the backend has it; float32 on MPS, which has no float64."""
     device = torch.device(device)
     return torch.float32 if device.type == "mps" else torch.float64
+
 
 def _check_tensor(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):

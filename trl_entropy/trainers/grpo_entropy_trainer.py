@@ -24,7 +24,6 @@ Hooks used (trl 1.16):
     extra pass.
 """
 
-
 from __future__ import annotations
 
 import functools
@@ -314,10 +313,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
             metrics[METRIC_PREFIX + key].append(value)
         if not decision.counts:
             return
-        names = sorted(decision.counts)
-        local = torch.tensor([decision.counts[k] for k in names], dtype=wide_float_dtype(self.accelerator.device),
-                             device=self.accelerator.device)
-        totals = dict(zip(names, self.accelerator.reduce(local, "sum").tolist()))
+        totals = self._reduce_step_counts(decision.counts)
         for key, value in self.entropy_control.rollout_metrics(totals).items():
             metrics[METRIC_PREFIX + key].append(value)
         if totals.get("total", 0) > 0 and totals.get("kept", 1) == 0:
@@ -393,26 +389,24 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size,
             )
             batches.append(self._token_batch(logps, mb.get("old_per_token_logps"), mb["advantages"], loss_mask(mb)))
+        self._ec_plan = dict(zip(indices, self._plan_window(batches)))
+
+    def _plan_window(self, batches: list[TokenBatch]) -> list[torch.Tensor]:
+        """The control's global selection over `batches`, with this trainer's cross-process sum and gather."""
         acc = self.accelerator
-        selections = self.entropy_control.plan_window(
-            batches, lambda t: acc.reduce(t, reduction="sum"), lambda t: acc.gather(t)
-        )
-        self._ec_plan = dict(zip(indices, selections))
+        return self.entropy_control.plan_window(batches, lambda t: acc.reduce(t, reduction="sum"), acc.gather)
 
     def _hooked_compute_loss(self, model, inputs):
         control = self.entropy_control
         planned = self._ec_plan.get(self._step) if control.needs_step_plan else None
         if control.needs_step_plan and planned is None:
             raise RuntimeError(f"no planned token selection for micro-batch {self._step} (cov_scope='global').")
-        acc = self.accelerator
 
         def hooks_fn(logps, old, advantages, mask, entropies):
             batch = self._token_batch(logps, old, advantages, mask)  # detached values of this loss forward
             selection = planned
-            if isinstance(planned, str):  # _INLINE_PLAN: every process is here once this step, in lockstep
-                selection = control.plan_window(
-                    [batch], lambda t: acc.reduce(t, reduction="sum"), lambda t: acc.gather(t)
-                )[0]
+            if planned is _INLINE_PLAN:  # every process is here once this step, in lockstep
+                selection = self._plan_window([batch])[0]
             return control.token_hooks(batch, planned=selection)
 
         return trainer_compute_loss(self, model, inputs, hooks_fn)
