@@ -1,6 +1,6 @@
 """Step-time overhead of each entropy control against plain TRL GRPOTrainer, in one process and run.
 
-    python benchmarks/overhead.py [--steps 60] [--repeats 3]
+    python benchmarks/overhead.py [--steps 60] [--repeats 3] [--ga 1] [--only NAME ...] [--memory]
 
 Every configuration trains the pretrained testbed model for the same steps with the same seed, off-policy
 (steps_per_generation=4, so clip bounds and KL-Cov-like terms act), and the runs are interleaved across repeats so
@@ -15,6 +15,11 @@ and the peak resident set size of its training phase is reported next to plain G
 peak-RSS counter is reset after imports and a 2-step warm-up run, then read after training). It still includes the
 resident runtime (~500 MB here), so the ratio bounds what a control adds from above; "added MiB" is the peak minus
 the resident size when training started.
+
+`--ga N` runs every configuration with N micro-batches per optimizer step (`gradient_accumulation_steps=N`, micro-batch
+64/N, `steps_per_generation=4N`: the same 64 completions per optimizer step and 4 optimizer steps per generation
+batch), the setting where the global covariance scope needs its extra no-grad forward. `--only` restricts the table
+to some configurations (plain GRPOTrainer is always included as the reference).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ CONFIGS = {
 }
 
 
+GA = 1  # set by --ga
+
+
 def run_once(name, overrides, steps, seed):
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -55,7 +63,8 @@ def run_once(name, overrides, steps, seed):
     model, tok = testbed.load_or_pretrain(progress=False)
     train_ds, _ = testbed.make_datasets()
     kw = testbed.grpo_config_kwargs()
-    kw.update(output_dir="/tmp/trl_entropy_bench", max_steps=steps, seed=seed, steps_per_generation=4)
+    kw.update(output_dir="/tmp/trl_entropy_bench", max_steps=steps, seed=seed, steps_per_generation=4 * GA,
+              gradient_accumulation_steps=GA, per_device_train_batch_size=kw["per_device_train_batch_size"] // GA)
     if overrides is None:
         trainer = GRPOTrainer(model=model, reward_funcs=testbed.accuracy_reward, args=GRPOConfig(**kw),
                               train_dataset=train_ds, processing_class=tok)
@@ -78,8 +87,8 @@ def peak_rss_mb(name, steps) -> tuple[float, float]:
     import json
     import subprocess
 
-    out = subprocess.run([sys.executable, __file__, "--child", name, "--steps", str(steps)], check=True,
-                         capture_output=True, text=True).stdout
+    cmd = [sys.executable, __file__, "--child", name, "--steps", str(steps), "--ga", str(GA)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     row = json.loads(out.strip().splitlines()[-1])
     return row["peak_rss_mb"], row["added_mb"]
 
@@ -125,8 +134,18 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--memory", action="store_true", help="also measure peak RSS per configuration (child processes)")
+    p.add_argument("--ga", type=int, default=1, help="micro-batches per optimizer step (1, 2, 4, 8, ...)")
+    p.add_argument("--only", nargs="+", choices=list(CONFIGS), help="configurations to run (plus plain GRPOTrainer)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    global GA
+    if a.ga < 1 or 64 % a.ga:
+        p.error("--ga must divide 64")
+    GA = a.ga
+    if a.only:
+        for name in list(CONFIGS):
+            if name != "grpo (TRL GRPOTrainer)" and name not in a.only:
+                del CONFIGS[name]
     if a.child:
         child(a.child, a.steps)
         return 0
@@ -144,7 +163,8 @@ def main(argv=None):
     memory = {name: peak_rss_mb(name, a.steps) for name in CONFIGS} if a.memory else {}
     base = statistics.median(samples["grpo (TRL GRPOTrainer)"])
     base_wall = statistics.median(walls["grpo (TRL GRPOTrainer)"])
-    print(f"\n{a.steps} steps x {a.repeats} repeats, steps_per_generation=4, torch threads={torch.get_num_threads()}")
+    print(f"\n{a.steps} steps x {a.repeats} repeats, gradient_accumulation_steps={GA}, steps_per_generation={4 * GA}, "
+          f"torch threads={torch.get_num_threads()}")
     header = f"{'configuration':<28} {'median step ms':>14} {'vs TRL':>7} {'median run s':>12} {'vs TRL':>7}"
     if memory:
         header += f" {'peak RSS MiB':>12} {'vs TRL':>7} {'added MiB':>9}"
