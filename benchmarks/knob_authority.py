@@ -83,13 +83,13 @@ def main(argv=None) -> None:
                                   _window_mean(reward, args.steps - 5, half=args.steps // 10), half))
             print(f"{name} seed {seed}: entropy " + " ".join(f"{v:.3f}" for v in results[name][-1][0]), flush=True)
 
-    def fmt(values):
+    def fmt(values, digits=3):
         values = [v for v in values if v is not None]
         if not values:
             return "never"
         if len(values) == 1:
-            return f"{values[0]:.3f}" if isinstance(values[0], float) else str(values[0])
-        return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+            return f"{values[0]:.{digits}f}"
+        return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
     print(f"\ntestbed, demo setting, {args.steps} optimizer steps, seeds {seeds}; entropy (nats, token-mean) as the "
           "mean over 10 steps around each step; reward = mean of the last 10%")
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
     for name, runs in results.items():
         cells = [fmt([r[0][i] for r in runs]) for i in range(len(marks))]
         print(f"| {name} | " + " | ".join(cells) + f" | {fmt([r[1] for r in runs])} | "
-              f"{fmt([r[2] for r in runs])} |")
+              f"{fmt([r[2] for r in runs], digits=0)} |")
 
 
 if __name__ == "__main__":

@@ -472,20 +472,15 @@ class GRPOEntropyTrainer(GRPOTrainer):
         return measured, count
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
-        """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum."""
+        """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum.
+
+        One gather of every rank's counts (one collective per step), then the sum or max per key, the same on every
+        rank."""
         acc = self.accelerator
-        dtype = wide_float_dtype(acc.device)
-        sums = sorted(k for k in counts if not k.startswith("max:"))
-        maxes = sorted(k for k in counts if k.startswith("max:"))
-        totals = {}
-        if sums:
-            local = torch.tensor([counts[k] for k in sums], dtype=dtype, device=acc.device)
-            totals.update(zip(sums, acc.reduce(local, "sum").tolist()))
-        if maxes:
-            local = torch.tensor([counts[k] for k in maxes], dtype=dtype, device=acc.device)
-            gathered = acc.gather(local).view(acc.num_processes, len(maxes))
-            totals.update(zip(maxes, gathered.max(dim=0).values.tolist()))
-        return totals
+        names = sorted(counts)
+        local = torch.tensor([counts[k] for k in names], dtype=wide_float_dtype(acc.device), device=acc.device)
+        rows = acc.gather(local).view(acc.num_processes, len(names))
+        return {k: float(rows[:, i].max() if k.startswith("max:") else rows[:, i].sum()) for i, k in enumerate(names)}
 
     # ------------------------------------------------------------------ control (E)
     def _on_optimizer_step_boundary(self) -> None:
