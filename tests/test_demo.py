@@ -45,3 +45,21 @@ def test_cli_help_and_unknown_command(capsys):
     assert cli.main(["--help"]) == 0
     assert "demo" in capsys.readouterr().out
     assert cli.main(["bogus"]) == 2
+
+
+def test_demo_pictures_show_a_single_step_as_points_on_whole_step_ticks():
+    from trl_entropy.demo.plots import entropy_curves_figure, pass_at_k_figure
+
+    curves = {"grpo": {"step": [1], "measured": [1.0], "target": [1.1]},
+              "adaptive_clip": {"step": [1], "measured": [0.9], "target": [1.1], "knob": [0.28],
+                                "knob_name": "epsilon_high"}}
+    fig = entropy_curves_figure(curves)
+    drawn = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(drawn) == 4  # overlay, two method panels, one twin axis for the knob
+    for ax in drawn:
+        assert all(line.get_marker() not in (None, "None", "", " ") for line in ax.get_lines())
+        lo, hi = sorted(ax.get_xlim())
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    ax = pass_at_k_figure({"grpo": {1: 0.2, 2: 0.3, 4: 0.4, 8: 0.5}}).axes[0]
+    assert list(ax.get_xticks()) == [1, 2, 4, 8] and [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
