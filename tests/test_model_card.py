@@ -207,6 +207,7 @@ def test_each_checkpoint_push_uploads_card_and_pictures(tmp_path, hub):
         assert CONTROL_STATE_FILE in files  # the controller state travels with the checkpoint
     trainer.push_to_hub()
     assert hub.uploads[-1][0] == str(tmp_path) and "README.md" in hub.uploads[-1][1]
+    assert 'pipeline("text-generation", model="someone/tiny-entropy")' in (tmp_path / "README.md").read_text()
 
 
 def test_hub_strategy_end_pushes_nothing_during_training(tmp_path, hub):

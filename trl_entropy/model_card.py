@@ -265,6 +265,9 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     description, prefixes, cites = METHOD_INFO.get(control, (control, (), ()))
     if control == "none" and getattr(args, "use_adaptive_entropy", False):
         description, prefixes, cites = TRL_ADAPTIVE_ENTROPY_INFO
+        method = "use_adaptive_entropy"
+    else:
+        method = control
     params = [(f, _param_text(args, f)) for f in sorted(vars(args)) if any(f.startswith(p) for p in prefixes)]
     if getattr(args, "entropy_schedule", None) is not None:
         params += [(f, getattr(args, f)) for f in ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
@@ -330,7 +333,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         repository_url=urls["Repository"],
         documentation_url=urls["Documentation"],
         usage=usage,
-        entropy_control=control,
+        entropy_control=method,
         method_description=description,
         parameter_table=_table(params) if params else "No method parameters.",
         knob_description=_knob_text(trainer, history),
