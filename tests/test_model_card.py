@@ -117,7 +117,8 @@ def test_lora_adapter_card_says_peft_and_loads_as_it_says(tmp_path):
     card = (tmp_path / "out" / "README.md").read_text()
     assert "library_name: peft" in card and "library_name: transformers" not in card and "\n- lora\n" in card
     assert "This LoRA adapter was trained from" in card and "holds a LoRA adapter only" in card
-    for row in ("| `peft_type` | LORA |", "| `r` | 4 |", "| `lora_alpha` | 8 |", "| `target_modules` | q_proj, v_proj |"):
+    for row in ("| `peft_type` | LORA |", "| `r` | 4 |", "| `lora_alpha` | 8 |",
+                "| `target_modules` | q_proj, v_proj |"):
         assert row in card
     snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
     scope = {}
