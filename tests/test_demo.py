@@ -39,9 +39,41 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "out" / "runs" / "adaptive_clip" / "entropy_curves.png").exists()
     ac_pass = ac["pass_at_k"]
     assert "pass@k on held-out problems" in card and f"| pass@k | {ac_pass[1]:.3f} |" in card
+    # the plain TRL runs' folders are not empty: pictures and a card (with TRL's own knob for the adaptive one)
+    for name in ("grpo", "trl_adaptive_entropy"):
+        folder = tmp_path / "out" / "runs" / name
+        assert {"README.md", "entropy_curves.png", "reward.png", "pass_at_k.png"} <= set(os.listdir(folder)), name
+        card = (folder / "README.md").read_text()
+        assert f"# testbed-{name}" in card and "library_name: transformers" in card
+    card = (tmp_path / "out" / "runs" / "trl_adaptive_entropy" / "README.md").read_text()
+    assert "**Method:** `use_adaptive_entropy`: TRL's adaptive entropy coefficient" in card
+    assert "**Knob** `entropy_coef`" in card
+    assert (tmp_path / "out" / "runs" / "trl_adaptive_entropy" / "entropy_knob.png").exists()
+    # step-time ratios come with their caveat, printed and in summary.json
+    assert "vs grpo*" in out and "one after another" in out and "benchmarks/overhead.py" in out
+    assert summary["step_time_note"] == runner.STEP_TIME_NOTE and "may be busy" in summary["step_time_note"]
 
 
 def test_cli_help_and_unknown_command(capsys):
     assert cli.main(["--help"]) == 0
     assert "demo" in capsys.readouterr().out
     assert cli.main(["bogus"]) == 2
+
+
+def test_demo_pictures_show_a_single_step_as_points_on_whole_step_ticks():
+    from trl_entropy.demo.plots import entropy_curves_figure, pass_at_k_figure
+
+    curves = {"grpo": {"step": [1], "measured": [1.0], "target": [1.1]},
+              "adaptive_clip": {"step": [1], "measured": [0.9], "target": [1.1], "knob": [0.28],
+                                "knob_name": "epsilon_high"}}
+    fig = entropy_curves_figure(curves)
+    drawn = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(drawn) == 4  # overlay, two method panels, one twin axis for the knob
+    for ax in drawn:
+        assert all(line.get_marker() not in (None, "None", "", " ") for line in ax.get_lines())
+        lo, hi = sorted(ax.get_xlim())
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    ax = pass_at_k_figure({"grpo": {1: 0.2, 2: 0.3, 4: 0.4, 8: 0.5}}).axes[0]
+    assert list(ax.get_xticks()) == [1, 2, 4, 8]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]

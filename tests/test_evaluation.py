@@ -125,3 +125,48 @@ def test_plots_can_be_turned_off(tmp_path):
     trainer = make(tiny_args(tmp_path, max_steps=1, entropy_plots=False))
     assert trainer.entropy_plot_callback is None
     assert not any(isinstance(c, EntropyPlotCallback) for c in trainer.callback_handler.callbacks)
+
+
+def visible_xticks(ax):
+    lo, hi = sorted(ax.get_xlim())
+    return [t for t in ax.get_xticks() if lo <= t <= hi]
+
+
+ONE_STEP = [
+    {"step": 1, "loss": 0.1, "reward": 0.5, "entropy_control/measured": 1.0, "entropy_control/target": 1.1,
+     "entropy_control/epsilon_high": 0.28},
+    {"step": 1, "eval/pass@1": 0.2, "eval/pass@2": 0.3, "eval/pass@4": 0.5},
+]
+
+
+def test_a_single_logged_step_is_drawn_as_points_on_whole_step_ticks():
+    from trl_entropy.evaluation import training_figures
+
+    figures = training_figures(ONE_STEP)
+    assert set(figures) == {"entropy_curves.png", "entropy_knob.png", "reward.png", "pass_at_k.png"}
+    for name, fig in figures.items():
+        for ax in fig.axes:
+            lines = ax.get_lines()
+            assert lines, name
+            # one point is a zero-length line: without a marker the picture is blank
+            assert all(line.get_marker() not in (None, "None", "", " ") for line in lines), name
+            ticks = visible_xticks(ax)
+            assert ticks and all(float(t).is_integer() for t in ticks), (name, ticks)
+    assert [float(t) for t in visible_xticks(figures["reward.png"].axes[0])] == [1.0]
+    assert [float(t) for t in visible_xticks(figures["pass_at_k.png"].axes[0])] == [1.0, 2.0, 4.0]
+
+
+def test_long_series_are_plain_lines_with_whole_step_ticks():
+    from trl_entropy._plotting import MARKER_MAX_POINTS
+    from trl_entropy.evaluation import training_figures
+
+    n = MARKER_MAX_POINTS + 1
+    history = [{"step": s, "reward": s / n, "entropy": 1.0 - s / (2 * n)} for s in range(1, n + 1)]
+    figures = training_figures(history)
+    assert set(figures) == {"entropy_curves.png", "reward.png"}
+    for fig in figures.values():
+        ax = fig.axes[0]
+        assert [line.get_marker() for line in ax.get_lines()] == ["None"]
+        assert all(float(t).is_integer() for t in visible_xticks(ax))
+    short = training_figures([{"step": s, "reward": 0.1} for s in (1, 2, 3)])["reward.png"].axes[0]
+    assert all(float(t).is_integer() for t in visible_xticks(short))  # matplotlib's default here: 1.0, 1.25, ...

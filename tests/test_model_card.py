@@ -3,11 +3,15 @@
 import json
 import os
 from concurrent.futures import Future
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
 
 from trl_entropy import GRPOEntropyTrainer
+from trl_entropy.model_card import render_model_card, resolve_base_model
+from trl_entropy.urls import DOCUMENTATION_URL, ISSUES_URL, REPOSITORY_URL, project_urls
 from trl_entropy.trainers.grpo_entropy_trainer import CONTROL_STATE_FILE
 
 AC = dict(entropy_control="adaptive_clip", entropy_schedule="wsd", entropy_schedule_start=2.0,
@@ -35,6 +39,112 @@ def test_card_names_method_parameters_schedule_result_picture_and_citations(tmp_
     assert "@inproceedings{wang-etal-2026-entropy" in card and "@software{vonwerra2020trl" in card
     assert "Entrocraft" not in card  # only the papers used are cited
     assert "tags:\n- trl\n- grpo\n- trl-entropy" in card
+    assert "library_name: transformers" in card and "adapter" not in card
+    # the project's addresses (pyproject.toml [project.urls], trl_entropy.urls), not a placeholder
+    assert f"[trl-entropy]({REPOSITORY_URL})" in card and f"([documentation]({DOCUMENTATION_URL}))" in card
+
+
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_card_shows_the_epsilon_high_used_and_the_knob_over_the_run(tmp_path):
+    trainer = make(tiny_args(tmp_path / "out", max_steps=4, **{**AC, "adaptive_clip_window": 1}))
+    assert trainer.args.epsilon_high is None  # TRL then clips at epsilon
+    trainer.train()
+    card = render_model_card(trainer)
+    assert "| `epsilon_high` | None |" not in card
+    assert card.count("| `epsilon_high` | 0.2 (unset; TRL uses `epsilon`) |") == 2  # method and training tables
+    used = [h["entropy_control/epsilon_high"] for h in trainer.state.log_history if "entropy_control/epsilon_high" in h]
+    final = trainer.entropy_control.knob
+    assert min(used) < max(used) and final != used[-1]  # it moved, and the last update is not in the log
+    assert (f"**Knob** `epsilon_high`: started at 0.2 (unset; TRL uses `epsilon`), ranged over [{min(used):.4g}, "
+            f"{max(used):.4g}] in the 4 logged step(s), ended at **{final:.4g}** (after the last update).") in card
+
+
+def test_card_names_the_hub_base_model_of_a_local_folder(tmp_path):
+    local = tmp_path / "smollm2"
+    local.mkdir()
+    trainer = make(tiny_args(tmp_path / "out", max_steps=1, model_card_base_model=SMOL))
+    trainer.model.config._name_or_path = str(local)  # as from_pretrained(local folder) sets it
+    card = render_model_card(trainer)
+    assert f"base_model: {SMOL}\n" in card and f"trained from **{SMOL}** (from a local copy)" in card
+    assert str(local) not in card
+    trainer.args.model_card_base_model = None  # without the field: the local folder, and no base_model
+    card = render_model_card(trainer)
+    assert "base_model:" not in card and f"trained from a local model (`{local}`) with GRPO" in card
+
+
+def test_resolve_base_model():
+    def fake(name, configured=None):
+        return SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(_name_or_path=name)),
+                               args=SimpleNamespace(model_card_base_model=configured))
+
+    here = os.path.dirname(__file__)
+    snapshot = f"/data/hf/hub/models--{SMOL.replace('/', '--')}/snapshots/0123abcd"
+    assert resolve_base_model(fake("Qwen/Qwen2.5-0.5B-Instruct")) == ("Qwen/Qwen2.5-0.5B-Instruct", None)
+    assert resolve_base_model(fake("gpt2")) == ("gpt2", None)
+    assert resolve_base_model(fake(here)) == (None, here)  # an existing folder, whatever its name
+    assert resolve_base_model(fake(here, configured=SMOL)) == (SMOL, here)
+    assert resolve_base_model(fake("Qwen/Qwen2.5-0.5B", configured=SMOL)) == (SMOL, None)  # the field wins
+    assert resolve_base_model(fake(snapshot)) == (SMOL, snapshot)  # a Hugging Face cache snapshot
+    assert resolve_base_model(fake(snapshot + "/")) == (SMOL, snapshot + "/")
+    assert resolve_base_model(fake("/no/such/folder")) == (None, "/no/such/folder")
+    assert resolve_base_model(fake("")) == (None, None)
+    assert resolve_base_model(fake(here), base_model=SMOL) == (SMOL, None)  # render_model_card(base_model=...)
+
+
+def test_model_card_base_model_must_be_a_hub_id(tmp_path):
+    for bad in ("./models/smollm2", "/abs/path", "a/b/c", "owner--x/name", ""):
+        with pytest.raises(ValueError, match="model_card_base_model must be a Hugging Face Hub model id"):
+            tiny_args(tmp_path, model_card_base_model=bad)
+    assert tiny_args(tmp_path, model_card_base_model=SMOL).model_card_base_model == SMOL
+
+
+def test_lora_adapter_card_says_peft_and_loads_as_it_says(tmp_path):
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    tiny_model().save_pretrained(tmp_path / "base")
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                             task_type="CAUSAL_LM")
+    trainer = GRPOEntropyTrainer(model=base, reward_funcs=count_ones_reward,
+                                 args=tiny_args(tmp_path / "out", max_steps=1, entropy_plots=False),
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer(),
+                                 peft_config=peft_config)
+    trainer.train()
+    trainer.save_model()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "library_name: peft" in card and "library_name: transformers" not in card and "\n- lora\n" in card
+    assert "This LoRA adapter was trained from" in card and "holds a LoRA adapter only" in card
+    for row in ("| `peft_type` | LORA |", "| `r` | 4 |", "| `lora_alpha` | 8 |",
+                "| `target_modules` | q_proj, v_proj |"):
+        assert row in card
+    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(snippet, scope)  # the card's own loading code, as a reader would run it
+    assert type(scope["model"]).__name__ == "Qwen2ForCausalLM"
+
+
+def test_project_urls_match_pyproject_and_prefer_installed_metadata(monkeypatch):
+    tomllib = pytest.importorskip("tomllib")
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        declared = tomllib.load(f)["project"]["urls"]
+    assert declared == {"Repository": REPOSITORY_URL, "Documentation": DOCUMENTATION_URL, "Issues": ISSUES_URL}
+    from importlib import metadata
+
+    class Meta:
+        def get_all(self, key):
+            return ["Repository, https://example.org/moved"] if key == "Project-URL" else None
+
+    monkeypatch.setattr(metadata, "metadata", lambda name: Meta())
+    assert project_urls() == {**declared, "Repository": "https://example.org/moved"}
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "metadata", missing)
+    assert project_urls() == declared
 
 
 def test_card_lists_pass_at_k_when_evaluated(tmp_path):
@@ -98,6 +208,7 @@ def test_each_checkpoint_push_uploads_card_and_pictures(tmp_path, hub):
         assert CONTROL_STATE_FILE in files  # the controller state travels with the checkpoint
     trainer.push_to_hub()
     assert hub.uploads[-1][0] == str(tmp_path) and "README.md" in hub.uploads[-1][1]
+    assert 'pipeline("text-generation", model="someone/tiny-entropy")' in (tmp_path / "README.md").read_text()
 
 
 def test_hub_strategy_end_pushes_nothing_during_training(tmp_path, hub):

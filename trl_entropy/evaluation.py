@@ -24,7 +24,13 @@ from transformers import TrainerCallback
 from .losses.covariance import wide_float_dtype
 from .metrics import fit_entropy_performance, pass_at_k
 
-__all__ = ["PassAtKCallback", "EntropyPerformanceFitCallback", "EntropyPlotCallback", "write_training_plots"]
+__all__ = [
+    "PassAtKCallback",
+    "EntropyPerformanceFitCallback",
+    "EntropyPlotCallback",
+    "training_figures",
+    "write_training_plots",
+]
 
 
 def _log_aside(trainer, values: dict[str, float]) -> None:
@@ -239,75 +245,84 @@ def _series(history, key):
     return [s for s, _ in pts], [v for _, v in pts]
 
 
-def write_training_plots(log_history: list[dict], output_dir: str) -> list[str]:
-    """Write entropy_curves.png, entropy_knob.png, reward.png and pass_at_k.png (what the history holds).
+def training_figures(log_history: list[dict]) -> dict:
+    """The training pictures of ``log_history`` as ``{file name: matplotlib Figure}``, without writing anything.
 
-    Returns the paths written. Needs matplotlib (``pip install trl-entropy[plot]``).
+    ``entropy_curves.png`` (the entropy the control acts on, ``entropy_control/measured``, else TRL's ``entropy``,
+    against the target), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png`` and ``pass_at_k.png``
+    (the last few pass@k evaluations); each only when the history holds its series. Short series are drawn with
+    markers (a single logged step is a visible point), and step axes have whole-number ticks.
     """
-    import matplotlib
+    from ._plotting import integer_step_axis, k_axis, line_style, new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(output_dir, exist_ok=True)
-    written = []
-
-    def save(fig, name):
-        path = os.path.join(output_dir, name)
-        fig.tight_layout()
-        fig.savefig(path + ".tmp.png", dpi=110)
-        plt.close(fig)
-        os.replace(path + ".tmp.png", path)  # never leave a half-written picture behind
-        written.append(path)
-
+    figures = {}
     steps, measured = _series(log_history, "entropy_control/measured")
     if not steps:
         steps, measured = _series(log_history, "entropy")
     if steps:
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        ax.plot(steps, measured, label="measured entropy", lw=1.5)
+        fig, axes = new_figure(figsize=(6.4, 3.8))
+        ax = axes[0, 0]
+        ax.plot(steps, measured, label="measured entropy", lw=1.5, **line_style(len(steps)))
         t_steps, target = _series(log_history, "entropy_control/target")
         if t_steps:
-            ax.plot(t_steps, target, "--", color="k", label="target", lw=1.2)
+            ax.plot(t_steps, target, "--", color="k", label="target", lw=1.2, **line_style(len(t_steps)))
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("entropy (nats / token)")
         ax.set_title("Policy entropy vs target")
+        integer_step_axis(ax)
         ax.legend()
-        save(fig, "entropy_curves.png")
+        figures["entropy_curves.png"] = fig
     knobs = [(k, *_series(log_history, f"entropy_control/{k}")) for k in _KNOBS]
     knobs += [("entropy_coef", *_series(log_history, "entropy_coef"))]
     knobs = [(k, s, v) for k, s, v in knobs if s]
     if knobs:
-        fig, axes = plt.subplots(len(knobs), 1, figsize=(6.4, 2.4 * len(knobs)), squeeze=False)
+        fig, axes = new_figure(len(knobs), 1, figsize=(6.4, 2.4 * len(knobs)))
         for ax, (k, s, v) in zip(axes[:, 0], knobs):
-            ax.plot(s, v, color="C1", lw=1.4)
+            ax.plot(s, v, color="C1", lw=1.4, **line_style(len(s)))
             ax.set_ylabel(k)
+            integer_step_axis(ax)
         axes[-1, 0].set_xlabel("optimizer step")
         axes[0, 0].set_title("Knob moved by the entropy control")
-        save(fig, "entropy_knob.png")
+        figures["entropy_knob.png"] = fig
     r_steps, reward = _series(log_history, "reward")
     if r_steps:
-        fig, ax = plt.subplots(figsize=(6.4, 3.4))
-        ax.plot(r_steps, reward, color="C2", lw=1.2)
+        fig, axes = new_figure(figsize=(6.4, 3.4))
+        ax = axes[0, 0]
+        ax.plot(r_steps, reward, color="C2", lw=1.2, **line_style(len(r_steps)))
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("mean reward")
         ax.set_title("Training reward")
-        save(fig, "reward.png")
+        integer_step_axis(ax)
+        figures["reward.png"] = fig
     evals = [h for h in log_history if any(k.startswith("eval/pass@") for k in h)]
     if evals:
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        fig, axes = new_figure(figsize=(6.4, 3.8))
+        ax = axes[0, 0]
+        all_ks = set()
         for i, h in enumerate(evals[-5:]):  # the last few evaluations, oldest lightest
             ks = sorted(int(k.split("@")[1]) for k in h if k.startswith("eval/pass@"))
+            all_ks.update(ks)
             ax.plot(ks, [h[f"eval/pass@{k}"] for k in ks], marker="o", alpha=0.35 + 0.65 * (i + 1) / min(5, len(evals)),
                     label=f"step {h.get('step')}")
-        ax.set_xscale("log", base=2)
+        k_axis(ax, all_ks)
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k")
         ax.set_ylim(0, 1.02)
         ax.set_title("pass@k on held-out problems")
         ax.legend()
-        save(fig, "pass_at_k.png")
-    return written
+        figures["pass_at_k.png"] = fig
+    return figures
+
+
+def write_training_plots(log_history: list[dict], output_dir: str) -> list[str]:
+    """Write the pictures of :func:`training_figures` (what the history holds) into ``output_dir``.
+
+    Returns the paths written. Needs matplotlib (``pip install trl-entropy[plot]``).
+    """
+    from ._plotting import save_figure
+
+    os.makedirs(output_dir, exist_ok=True)
+    return [save_figure(fig, os.path.join(output_dir, name)) for name, fig in training_figures(log_history).items()]
 
 
 class EntropyPlotCallback(TrainerCallback):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from importlib import resources
 
-__all__ = ["render_model_card", "METHOD_INFO", "BIBTEX"]
+__all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "METHOD_INFO", "BIBTEX"]
 
 BIBTEX = {
     "wang2026": """@inproceedings{wang-etal-2026-entropy,
@@ -80,6 +81,14 @@ METHOD_INFO = {
                  ("entropic_",), ("yang2025",)),
 }
 
+# A plain TRL GRPOTrainer with use_adaptive_entropy=True (e.g. driven by EntropyScheduleCallback).
+TRL_ADAPTIVE_ENTROPY_INFO = (
+    "TRL's adaptive entropy coefficient (`use_adaptive_entropy`, Skywork-OR1): the coefficient `entropy_coef` of an "
+    "entropy bonus moves by `entropy_coef_delta` each optimizer step so the entropy tracks `entropy_target`.",
+    ("entropy_coef", "entropy_target"),
+    (),
+)
+
 SCHEDULE_FORMULAS = {
     "constant": "H(t) = {start}",
     "linear": "H(t) = {start} + ({end} − {start})·p",
@@ -115,8 +124,132 @@ def _schedule_text(args) -> str:
             f"done after {warm} warm-up step(s) that hold {_fmt(start)}.")
 
 
+def _plain_trl_schedule_text(targets) -> str:
+    """The schedule section for a plain TRL ``GRPOConfig`` (no trl-entropy schedule fields)."""
+    if targets:
+        return ("A `trl_entropy.EntropyScheduleCallback` set the target each optimizer step (logged as "
+                "`entropy_control/target`).")
+    return "No target: the run followed no entropy schedule."
+
+
 def _history_values(history, key):
     return [h[key] for h in history if key in h and isinstance(h[key], (int, float)) and math.isfinite(h[key])]
+
+
+# Names the Hub accepts as a model id: "name" or "owner/name" (letters, digits, "-", "_", "."; no "--" or "..").
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+# A snapshot folder of the Hugging Face cache: .../models--owner--name/snapshots/<revision>
+_CACHE_SNAPSHOT = re.compile(r"models--(?P<repo>[^/\\]+)[/\\]snapshots[/\\][^/\\]+[/\\]?$")
+
+
+def is_hub_model_id(name) -> bool:
+    """Whether ``name`` reads as a Hub model id (``"owner/name"`` or ``"name"``), not as a local path."""
+    return (isinstance(name, str) and len(name) <= 96 and _HUB_ID.fullmatch(name) is not None
+            and "--" not in name and ".." not in name)
+
+
+def _adapter_config(model):
+    """The active PEFT adapter's config of ``model`` (a ``PeftModel``, or a transformers model with an adapter
+    loaded), else None."""
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or not configs:
+        return None
+    active = getattr(model, "active_adapter", None)
+    active = active[0] if isinstance(active, (list, tuple)) and active else active
+    return configs.get(active) or next(iter(configs.values()))
+
+
+def resolve_base_model(trainer, base_model: str | None = None) -> tuple[str | None, str | None]:
+    """``(hub_id, local_path)`` of the model the run started from, for the card's ``base_model``.
+
+    The name is ``base_model`` if given, else the adapter's ``base_model_name_or_path`` (PEFT), else the model
+    config's ``_name_or_path``. A name that reads as a Hub id and is not a local folder is the Hub id. For a local
+    folder the Hub id is, in this order: ``args.model_card_base_model`` (``GRPOEntropyConfig``), or the repository
+    of a Hugging Face cache snapshot (``.../models--owner--name/snapshots/<rev>``); else None (the card then names
+    the local path and has no ``base_model``). ``args.model_card_base_model`` also overrides a detected Hub id.
+    """
+    configured = getattr(trainer.args, "model_card_base_model", None)
+    if base_model and is_hub_model_id(base_model) and not os.path.exists(base_model):
+        return base_model, None
+    model = trainer.model
+    adapter = _adapter_config(model)
+    name = (base_model or getattr(adapter, "base_model_name_or_path", None)
+            or getattr(getattr(model, "config", None), "_name_or_path", None) or None)
+    name = str(name) if name else None
+    local = name if name and (os.path.exists(name) or not is_hub_model_id(name)) else None
+    cached = _CACHE_SNAPSHOT.search(local) if local else None
+    hub = configured or (name if name and not local else None) or (cached["repo"].replace("--", "/", 1) if cached
+                                                                   else None)
+    return hub, local
+
+
+def _adapter_kind(adapter) -> str:
+    """"LoRA" for a LoRA adapter's config, else its PEFT type as PEFT names it (e.g. "IA3")."""
+    kind = getattr(getattr(adapter, "peft_type", None), "value", None) or "PEFT"
+    return {"LORA": "LoRA", "ADALORA": "AdaLoRA"}.get(str(kind), str(kind))
+
+
+def _adapter_facts(adapter) -> list[tuple[str, object]]:
+    facts = [("peft_type", getattr(getattr(adapter, "peft_type", None), "value", getattr(adapter, "peft_type", None)))]
+    for name in ("r", "lora_alpha", "lora_dropout", "target_modules", "task_type"):
+        value = getattr(adapter, name, None)
+        if isinstance(value, (set, frozenset, list, tuple)):
+            value = ", ".join(sorted(map(str, value)))
+        if value is not None:
+            facts.append((name, value))
+    return facts
+
+
+def _usage_text(where: str, hub: str | None, local: str | None, adapter) -> str:
+    if adapter is None:
+        return ("```python\nfrom transformers import pipeline\n\n"
+                f'generator = pipeline("text-generation", model="{where}")\n```')
+    kind = _adapter_kind(adapter)
+    base = hub or local or "<base model>"
+    return (f"This repository holds a {kind} adapter only: load its base model, then the adapter "
+            "([PEFT](https://github.com/huggingface/peft)):\n\n"
+            "```python\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n\n"
+            f'base = AutoModelForCausalLM.from_pretrained("{base}")\n'
+            f'model = PeftModel.from_pretrained(base, "{where}")\n'
+            "model = model.merge_and_unload()  # optional: one plain transformers model\n```")
+
+
+def _epsilon_high_text(args) -> str:
+    """TRL clips the ratio at 1 + epsilon_high and uses `epsilon` when `epsilon_high` is None: show the value used."""
+    if getattr(args, "epsilon_high", None) is not None:
+        return _fmt(args.epsilon_high)
+    return f"{_fmt(args.epsilon)} (unset; TRL uses `epsilon`)"
+
+
+def _param_text(args, name: str):
+    return _epsilon_high_text(args) if name == "epsilon_high" else getattr(args, name)
+
+
+def _knob_text(trainer, history) -> str:
+    """The knob the control moved: its initial value, its range over the logged steps and its final value."""
+    control = getattr(trainer, "entropy_control", None)
+    args = trainer.args
+    if control is not None and control.knob_name is not None:
+        name, key, final = control.knob_name, "entropy_control/" + control.knob_name, control.knob
+    elif control is None and getattr(args, "use_adaptive_entropy", False):
+        name, key, final = "entropy_coef", "entropy_coef", getattr(trainer, "entropy_coef", None)
+    else:
+        return ""
+    values = _history_values(history, key)
+    if name == "epsilon_high":
+        initial = _epsilon_high_text(args)
+    else:
+        initial = _fmt(values[0]) if values else None
+    parts = []
+    if initial is not None:
+        parts.append(f"started at {initial}")
+    if values:
+        low, high = min(values), max(values)
+        parts.append(f"held {_fmt(low)} over the {len(values)} logged step(s)" if low == high else
+                     f"ranged over [{_fmt(low)}, {_fmt(high)}] in the {len(values)} logged step(s)")
+    if final is not None:
+        parts.append(f"ended at **{_fmt(float(final))}** (after the last update)")
+    return f"**Knob** `{name}`: " + ", ".join(parts) + "." if parts else ""
 
 
 def render_model_card(trainer, model_name: str | None = None, base_model: str | None = None,
@@ -125,11 +258,17 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     import trl
 
     from . import __version__
+    from .urls import project_urls
 
     args = trainer.args
     control = getattr(args, "entropy_control", "none")
     description, prefixes, cites = METHOD_INFO.get(control, (control, (), ()))
-    params = [(f, getattr(args, f)) for f in sorted(vars(args)) if any(f.startswith(p) for p in prefixes)]
+    if control == "none" and getattr(args, "use_adaptive_entropy", False):
+        description, prefixes, cites = TRL_ADAPTIVE_ENTROPY_INFO
+        method = "use_adaptive_entropy"
+    else:
+        method = control
+    params = [(f, _param_text(args, f)) for f in sorted(vars(args)) if any(f.startswith(p) for p in prefixes)]
     if getattr(args, "entropy_schedule", None) is not None:
         params += [(f, getattr(args, f)) for f in ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
                                                    "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")]
@@ -160,30 +299,69 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     folder = output_dir or args.output_dir
     has_picture = picture and os.path.exists(os.path.join(folder, picture))
     entropy_picture = f"![Measured entropy vs target]({picture})" if has_picture else ""
-    base = base_model or getattr(getattr(trainer.model, "config", None), "_name_or_path", None) or "unknown"
+    hub_base, local_base = resolve_base_model(trainer, base_model)
+    if hub_base:
+        base = f"**{hub_base}** (from a local copy)" if local_base else f"**{hub_base}**"
+    else:
+        base = f"a local model (`{local_base}`)" if local_base else "an unnamed model"
+    adapter = _adapter_config(trainer.model)
+    adapter_kind = _adapter_kind(adapter) if adapter is not None else None
     tags = ["trl", "grpo", "trl-entropy", "entropy-control"] + ([control] if control != "none" else [])
-    header = [f"base_model: {base}"] if base != "unknown" and not os.path.isdir(base) else []
-    yaml_header = "\n".join(header + ["library_name: transformers", "tags:"] + [f"- {t}" for t in tags])
+    tags += [str(adapter_kind).lower()] if adapter is not None else []
+    header = [f"base_model: {hub_base}"] if hub_base else []
+    library = "peft" if adapter is not None else "transformers"
+    yaml_header = "\n".join(header + [f"library_name: {library}", "tags:"] + [f"- {t}" for t in tags])
+    where = getattr(trainer, "hub_model_id", None) or getattr(args, "hub_model_id", None) or folder
+    usage = _usage_text(where, hub_base, local_base, adapter)
+    if adapter is not None:
+        usage += "\n\n" + _table(_adapter_facts(adapter), header=("adapter", "value"))
     training = [("max_steps", trainer.state.max_steps), ("learning_rate", args.learning_rate),
                 ("num_generations", args.num_generations), ("steps_per_generation", args.steps_per_generation),
                 ("num_iterations", args.num_iterations), ("loss_type", args.loss_type), ("beta", args.beta),
-                ("epsilon", args.epsilon), ("epsilon_high", args.epsilon_high),
+                ("epsilon", args.epsilon), ("epsilon_high", _epsilon_high_text(args)),
                 ("max_completion_length", args.max_completion_length), ("temperature", args.temperature)]
     citations = "\n\n".join(f"```bibtex\n{BIBTEX[c]}\n```" for c in (*cites, "trl"))
+    urls = project_urls()
     template = resources.files("trl_entropy").joinpath("model_cards/template.md").read_text(encoding="utf-8")
     return template.format(
         yaml_header=yaml_header,
         model_name=model_name or os.path.basename(os.path.normpath(folder)),
-        base_model=(f"a local model (`{base}`)" if os.path.isdir(base) else base),
+        model_kind=f"This {adapter_kind} adapter was" if adapter is not None else "This model was",
+        base_model=base,
         trl_version=trl.__version__,
         package_version=__version__,
-        entropy_control=control,
+        repository_url=urls["Repository"],
+        documentation_url=urls["Documentation"],
+        usage=usage,
+        entropy_control=method,
         method_description=description,
         parameter_table=_table(params) if params else "No method parameters.",
-        schedule_description=_schedule_text(args),
+        knob_description=_knob_text(trainer, history),
+        schedule_description=(_schedule_text(args) if hasattr(args, "entropy_schedule")
+                              else _plain_trl_schedule_text(targets)),
         result_description=result,
         pass_at_k_table=pass_table,
         entropy_picture=entropy_picture,
         training_table=_table(training),
         citations=citations,
     )
+
+
+def write_model_card(trainer, folder: str | None = None, model_name: str | None = None, pictures: bool = True) -> str:
+    """Write the training pictures (when ``pictures`` and matplotlib is installed) and this card as ``README.md``
+    into ``folder`` (default ``args.output_dir``). Works for any GRPO trainer, also a plain TRL ``GRPOTrainer``
+    (``GRPOEntropyTrainer`` does this itself at every save). Returns the card's path."""
+    folder = folder or trainer.args.output_dir
+    os.makedirs(folder, exist_ok=True)
+    if pictures:
+        from .evaluation import write_training_plots
+
+        try:
+            write_training_plots(trainer.state.log_history, folder)
+        except ImportError:
+            pass  # no matplotlib: the card simply has no picture
+    path = os.path.join(folder, "README.md")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(render_model_card(trainer, model_name=model_name, output_dir=folder))
+    os.replace(path + ".tmp", path)
+    return path

@@ -1,80 +1,87 @@
-"""Pictures people would rather look at than read: measured entropy against its target, per method."""
+"""Pictures people would rather look at than read: measured entropy against its target, per method.
+
+``entropy_curves_figure`` and ``pass_at_k_figure`` build the figures (detached ``matplotlib.figure.Figure`` objects,
+nothing rendered); ``plot_entropy_curves`` and ``plot_pass_at_k`` write them as PNG files.
+"""
 
 from __future__ import annotations
 
-import os
+from .._plotting import integer_step_axis, k_axis, line_style, new_figure, save_figure
 
-__all__ = ["plot_entropy_curves", "plot_pass_at_k"]
+__all__ = ["plot_entropy_curves", "plot_pass_at_k", "entropy_curves_figure", "pass_at_k_figure"]
 
 
-def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = "pass@k on held-out problems") -> str:
-    """Write a PNG of pass@k against k (log2 axis), one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+def pass_at_k_figure(curves: dict[str, dict[int, float]], title: str = "pass@k on held-out problems"):
+    """pass@k against k (log2 axis, one tick per k), one line per method."""
+    fig, axes = new_figure(figsize=(6.4, 4.2))
+    ax = axes[0, 0]
+    all_ks = set()
     for i, (method, values) in enumerate(curves.items()):
         ks = sorted(values)
+        all_ks.update(ks)
         ax.plot(ks, [values[k] for k in ks], marker="o", color=f"C{i}", label=method, lw=1.4)
-    ax.set_xscale("log", base=2)
+    if all_ks:
+        k_axis(ax, all_ks)
     ax.set_xlabel("k")
     ax.set_ylabel("pass@k")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_entropy_curves(curves: dict[str, dict[str, list]], path: str, title: str = "Policy entropy vs target") -> str:
-    """Write a PNG with one panel per method (measured entropy, scheduled target) plus an overlay panel.
+def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = "pass@k on held-out problems") -> str:
+    """Write a PNG of pass@k against k (log2 axis), one line per method."""
+    return save_figure(pass_at_k_figure(curves, title), path)
 
-    ``curves[method]`` has lists ``step``, ``measured`` and optionally ``target`` and a knob (``knob``, ``knob_name``).
+
+def entropy_curves_figure(curves: dict[str, dict[str, list]], title: str = "Policy entropy vs target"):
+    """One panel per method (measured entropy, scheduled target, the knob on a twin axis) plus an overlay panel.
+
+    ``curves[method]`` has lists ``step``, ``measured`` and optionally ``target`` and a knob (``knob``,
+    ``knob_name``). Short runs are drawn with markers and every step axis has whole-number ticks.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     methods = list(curves)
     n = len(methods) + 1
     cols = min(3, n)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = new_figure(rows, cols, figsize=(4.6 * cols, 3.4 * rows))
     axes = axes.flatten()
     overlay = axes[0]
     for i, method in enumerate(methods):
         c = curves[method]
         color = f"C{i}"
-        overlay.plot(c["step"], c["measured"], color=color, label=method, lw=1.4)
+        style = line_style(len(c["step"]))
+        overlay.plot(c["step"], c["measured"], color=color, label=method, lw=1.4, **style)
         ax = axes[i + 1]
-        ax.plot(c["step"], c["measured"], color=color, lw=1.4, label="measured")
+        ax.plot(c["step"], c["measured"], color=color, lw=1.4, label="measured", **style)
         if c.get("target") and any(t is not None for t in c["target"]):
-            ax.plot(c["step"], c["target"], color="k", ls="--", lw=1.2, label="target")
+            ax.plot(c["step"], c["target"], color="k", ls="--", lw=1.2, label="target", **style)
         ax.set_title(method)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("entropy (nats/token)")
         if c.get("knob"):
             twin = ax.twinx()
-            twin.plot(c["step"], c["knob"], color="gray", lw=0.8, alpha=0.7, label=c.get("knob_name", "knob"))
+            twin.plot(c["step"], c["knob"], color="gray", lw=0.8, alpha=0.7, label=c.get("knob_name", "knob"),
+                      **style)
             twin.set_ylabel(c.get("knob_name", "knob"), color="gray")
+        integer_step_axis(ax)
         ax.legend(loc="upper right", fontsize=8)
     first_target = next((curves[m] for m in methods if curves[m].get("target")), None)
     if first_target is not None:
-        overlay.plot(first_target["step"], first_target["target"], color="k", ls="--", lw=1.2, label="target")
+        overlay.plot(first_target["step"], first_target["target"], color="k", ls="--", lw=1.2, label="target",
+                     **line_style(len(first_target["step"])))
     overlay.set_title("all methods")
     overlay.set_xlabel("optimizer step")
     overlay.set_ylabel("entropy (nats/token)")
+    integer_step_axis(overlay)
     overlay.legend(fontsize=8)
     for ax in axes[n:]:
         ax.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def plot_entropy_curves(curves: dict[str, dict[str, list]], path: str, title: str = "Policy entropy vs target") -> str:
+    """Write a PNG with one panel per method (measured entropy, scheduled target) plus an overlay panel."""
+    return save_figure(entropy_curves_figure(curves, title), path)

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import statistics
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,11 +186,16 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     )
     pass_k = pass_at_k_curve(trainer.model, tokenizer, test_problems[: settings.pass_at_k_problems],
                              n=settings.pass_at_k_n, seed=settings.seed)
-    if ours:  # the run's model card and pictures, as a user's run would have them (pass@k included)
-        from ..evaluation import _log_aside
+    # every run's folder gets its model card and pictures, as a user's run would have them (pass@k included); the
+    # plain TRL trainers (grpo, trl_adaptive_entropy) get them through write_model_card
+    from ..evaluation import _log_aside
+    from ..model_card import write_model_card
 
-        _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
+    _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
+    if ours:
         trainer.create_model_card(model_name=f"testbed-{name}")
+    else:
+        write_model_card(trainer, model_name=f"testbed-{name}")
     return {
         "method": name,
         "description": METHODS[name][2],
@@ -230,10 +236,18 @@ def format_pass_at_k(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+STEP_TIME_NOTE = (
+    "step ms, vs grpo: median optimizer-step time of a single run per method, the runs taken one after another on a "
+    "machine that may be busy; a rough indication, not a measured overhead (for that: python benchmarks/overhead.py, "
+    "which interleaves repeated runs)."
+)
+
+
 def format_table(results: list[dict], baseline: str = "grpo") -> str:
+    """The comparison table, with :data:`STEP_TIME_NOTE` under it (the step-time columns are one run each)."""
     base_time = next((r["median_step_time"] for r in results if r["method"] == baseline), None)
     header = (f"{'method':<22} {'final reward':>12} {'held-out acc':>12} {'final H':>8} {'track err':>9} "
-              f"{'step ms':>8} {'vs grpo':>8}")
+              f"{'step ms*':>8} {'vs ' + baseline + '*':>8}")
     lines = [header, "-" * len(header)]
     for r in results:
         ratio = r["median_step_time"] / base_time if base_time else float("nan")
@@ -241,7 +255,7 @@ def format_table(results: list[dict], baseline: str = "grpo") -> str:
             f"{r['method']:<22} {r['final_reward']:>12.3f} {r['heldout_accuracy']:>12.3f} {r['final_entropy']:>8.3f} "
             f"{100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio:>7.2f}x"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + [textwrap.fill("* " + STEP_TIME_NOTE, width=len(header), subsequent_indent="  ")])
 
 
 def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
@@ -276,7 +290,8 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     summary = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in results]
     with open(os.path.join(settings.output_dir, "summary.json"), "w") as f:
         json.dump({"target_start": start, "settings": {k: v for k, v in settings.__dict__.items() if k != "recipe"},
-                   "recipe": settings.recipe.__dict__, "results": summary}, f, indent=2)
+                   "recipe": settings.recipe.__dict__, "step_time_note": STEP_TIME_NOTE, "results": summary}, f,
+                  indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
                                                                                 "entropy_curves.png"))
     pass_png = plot_pass_at_k({r["method"]: r["pass_at_k"] for r in results},

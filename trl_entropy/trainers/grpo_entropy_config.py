@@ -109,6 +109,11 @@ class GRPOEntropyConfig(GRPOConfig):
             Write `entropy_curves.png` (measured entropy vs target), `entropy_knob.png`, `reward.png` and, when pass@k
             was evaluated, `pass_at_k.png` into `output_dir` at every save (before a Hub upload) and at the end of
             training. Needs matplotlib; skipped with a warning without it.
+        model_card_base_model (`str` or `None`, *optional*, defaults to `None`):
+            Hub model id written as `base_model` on the model card (e.g. `"HuggingFaceTB/SmolLM2-135M-Instruct"`), for
+            a model loaded from a local folder, whose own name is a path the Hub cannot link. Unset, the card takes
+            the model's `_name_or_path` when it is a Hub id, or the repository of a Hugging Face cache snapshot
+            folder, and otherwise names the local folder without a `base_model`.
 
     > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
 
@@ -255,6 +260,13 @@ class GRPOEntropyConfig(GRPOConfig):
             "into output_dir at every save and at the end of training (needs matplotlib; skipped without it)."
         },
     )
+    model_card_base_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub model id written as base_model on the model card (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') "
+            "when the model was loaded from a local folder; by default taken from the model's name or cache folder."
+        },
+    )
 
     entrocraft_mode: str = field(
         default="stochastic",
@@ -320,6 +332,16 @@ class GRPOEntropyConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         self._validate_entropy_fields()
+        self._validate_model_card_fields()
+
+    def _validate_model_card_fields(self) -> None:
+        from ..model_card import is_hub_model_id
+
+        if self.model_card_base_model is not None and not is_hub_model_id(self.model_card_base_model):
+            raise ValueError(
+                "model_card_base_model must be a Hugging Face Hub model id such as 'owner/name' (letters, digits, "
+                f"'-', '_', '.'), not a local path; got {self.model_card_base_model!r}."
+            )
 
     # ------------------------------------------------------------------ validation
     def _validate_entropy_fields(self) -> None:
