@@ -1,4 +1,5 @@
-"""Every recipe parses into (ScriptArguments, GRPOEntropyConfig); the offline one trains through the CLI."""
+"""Every recipe parses into (ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig); the offline
+one trains through the CLI."""
 
 import glob
 import math
@@ -22,8 +23,8 @@ def test_a_recipe_per_paper_setup_is_shipped():
 @pytest.mark.parametrize("path", RECIPES, ids=os.path.basename)
 def test_recipe_parses(path):
     # GPU recipes ask for bf16, which TrainingArguments refuses on a CPU-only machine: override only that here.
-    script_args, args = parse_grpo_args(["--config", path, "--bf16", "false"])
-    assert script_args.model_name_or_path and script_args.reward_funcs
+    script_args, args, model_args, _ = parse_grpo_args(["--config", path, "--bf16", "false"])
+    assert model_args.model_name_or_path and script_args.reward_funcs
     for name in script_args.reward_funcs:
         assert callable(get_reward_function(name))
     assert args.entropy_control != "none"
@@ -32,8 +33,8 @@ def test_recipe_parses(path):
 
 
 def test_command_line_overrides_the_recipe():
-    _, args = parse_grpo_args(["--config", os.path.join(ROOT, "recipes", "testbed.yaml"), "--max_steps", "7",
-                               "--entropy_schedule", "cosine"])
+    _, args, _, _ = parse_grpo_args(["--config", os.path.join(ROOT, "recipes", "testbed.yaml"), "--max_steps", "7",
+                                     "--entropy_schedule", "cosine"])
     assert args.max_steps == 7 and args.entropy_schedule == "cosine"
 
 

@@ -1,19 +1,32 @@
-"""Command line: `trl-entropy demo [--compare]` and `trl-entropy grpo --config recipes/<name>.yaml`."""
+"""Command line: `trl-entropy demo [--compare]` and `trl-entropy grpo --config recipes/<name>.yaml`.
+
+Flags are spelled with underscores everywhere, as TRL's are (`--output_dir`); the hyphenated spelling
+(`--output-dir`) is accepted too. This module imports neither torch nor TRL at import time, so `trl-entropy --help`
+and `trl-entropy demo --help` answer at once; each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from dataclasses import dataclass, field
+import warnings
+
+# Modules whose deprecation chatter is hidden; warnings raised from trl_entropy itself always show.
+_THIRD_PARTY = r"(transformers|trl|accelerate|peft|datasets|torch|huggingface_hub|tokenizers)(\.|$)"
 
 
-def _quiet_third_party():
-    """Library deprecation chatter and weight-loading bars drown the demo's own output; our warnings stay on."""
-    import warnings
+def _quiet_third_party(chatter: bool = True):
+    """Hide third-party FutureWarnings (transformers' `gradient_checkpointing` renames and the like).
 
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*")
+    Only warnings attributed to a third-party module (`_THIRD_PARTY`) are hidden, never those of trl_entropy.
+    `chatter=True` (the demo) also turns off transformers' weight-loading bars and its logger below errors;
+    `grpo` keeps them, as they matter when loading a real model.
+    """
+    warnings.filterwarnings("ignore", category=FutureWarning, module=_THIRD_PARTY)
+    warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", module=_THIRD_PARTY)
+    if not chatter:
+        return
     try:
         from transformers.utils import logging as hf_logging
 
@@ -23,109 +36,107 @@ def _quiet_third_party():
         pass
 
 
-def _demo(argv):
-    _quiet_third_party()
-    from .demo.runner import DEFAULT_METHOD, METHODS, DemoSettings, run_demo
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends '(default: X)' to every flag's help, except where the default is None and the help says it."""
 
-    p = argparse.ArgumentParser(prog="trl-entropy demo", description="Offline GRPO entropy-control demo on CPU.")
-    p.add_argument("--compare", action="store_true", help="run plain GRPO and every available control side by side")
-    p.add_argument("--methods", nargs="+", choices=sorted(METHODS), help="methods to run (overrides --compare)")
-    p.add_argument("--steps", type=int, default=DemoSettings.steps, help="optimizer steps per method")
-    p.add_argument("--schedule", default=DemoSettings.schedule, choices=["constant", "linear", "cosine", "wsd"])
-    p.add_argument("--target-start", type=float, default=None,
-                   help="target entropy at the start (default: the pretrained model's measured entropy)")
-    p.add_argument("--target-end-ratio", type=float, default=DemoSettings.target_end_ratio)
-    p.add_argument("--anneal-ratio", type=float, default=DemoSettings.anneal_ratio)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output-dir", default=DemoSettings.output_dir)
-    p.add_argument("--no-progress", action="store_true")
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
+    """`--name` (underscores, TRL's convention) and, for backward compatibility, a hidden `--name-with-hyphens`."""
+    parser.add_argument(f"--{name}", **kwargs)
+    if "_" in name:
+        alias = dict(kwargs, dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        parser.add_argument(f"--{name.replace('_', '-')}", **alias)
+
+
+# The demo's choices and defaults, here so that `demo --help` needs no torch; tests/test_cli.py checks that they are
+# those of trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings).
+DEMO_METHODS = ("grpo", "trl_adaptive_entropy", "adaptive_clip", "entrocraft", "positive_reweight", "w_reinforce",
+                "clip_cov", "kl_cov", "entropic")
+DEMO_DEFAULT_METHOD = "adaptive_clip"
+
+
+def demo_flags() -> list[tuple[str, dict]]:
+    """`trl-entropy demo`'s flags as (name, argparse keywords).
+
+    A flag whose name is a `DemoSettings` field is passed to it as parsed, so a new setting needs only a row here.
+    """
+    return [
+        ("compare", dict(action="store_true", help="run plain GRPO and every available control side by side")),
+        ("methods", dict(nargs="+", choices=DEMO_METHODS, metavar="METHOD",
+                         help=f"methods to run, overrides --compare; any of {', '.join(DEMO_METHODS)} "
+                              f"(default: {DEMO_DEFAULT_METHOD}, or all of them with --compare)")),
+        ("steps", dict(type=int, default=300, help="optimizer steps per method")),
+        ("schedule", dict(default="wsd", choices=["constant", "linear", "cosine", "wsd"],
+                          help="shape of the entropy target over the run")),
+        ("target_start", dict(type=float, default=None,
+                              help="target entropy at the start, in nats (default: the pretrained model's "
+                                   "measured entropy)")),
+        ("target_end_ratio", dict(type=float, default=0.5, help="target at the end, as a fraction of the start")),
+        ("anneal_ratio", dict(type=float, default=0.3, help="fraction of the steps the 'wsd' schedule anneals over")),
+        ("seed", dict(type=int, default=0, help="random seed of every method's run")),
+        ("output_dir", dict(default="demo_out", help="folder for the table, plots, metrics and model cards")),
+        ("no_progress", dict(action="store_true", help="hide the progress bars")),
+    ]
+
+
+def demo_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trl-entropy demo", formatter_class=_HelpFormatter,
+                                description="Offline GRPO entropy-control demo on CPU: a tiny pretrained model "
+                                            "trained with and without entropy control, compared side by side.")
+    for name, kwargs in demo_flags():
+        _add_flag(p, name, **kwargs)
+    return p
+
+
+def _demo(argv):
+    p = demo_parser()
     a = p.parse_args(argv)
     if a.steps < 1:
         p.error("--steps must be >= 1")
-    methods = a.methods or (list(METHODS) if a.compare else [DEFAULT_METHOD])
-    settings = DemoSettings(steps=a.steps, seed=a.seed, schedule=a.schedule, target_start=a.target_start,
-                            target_end_ratio=a.target_end_ratio, anneal_ratio=a.anneal_ratio,
-                            output_dir=a.output_dir, progress=not a.no_progress)
+    _quiet_third_party()
+    from dataclasses import fields
+
+    from .demo.runner import DemoSettings, run_demo
+
+    methods = a.methods or (list(DEMO_METHODS) if a.compare else [DEMO_DEFAULT_METHOD])
+    settable = {f.name for f in fields(DemoSettings)}
+    settings = DemoSettings(**{k: v for k, v in vars(a).items() if k in settable}, progress=not a.no_progress)
     run_demo(methods, settings)
     return 0
 
 
-@dataclass
-class ScriptArguments:
-    """What `trl-entropy grpo` trains on; every `GRPOEntropyConfig` field is accepted too (YAML or command line)."""
-
-    model_name_or_path: str = field(
-        default="testbed",
-        metadata={"help": "Hub id or local path of the policy, or 'testbed' for the offline testbed model."},
-    )
-    dataset_name: str = field(
-        default="testbed", metadata={"help": "Hub id or local path of the dataset, or 'testbed' (offline)."}
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
-    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_prompt_column: str = field(
-        default="prompt", metadata={"help": "Column holding the prompt; renamed to 'prompt', which GRPOTrainer reads."}
-    )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["testbed"],
-        metadata={"help": "Reward functions: names from trl_entropy.rewards.REWARD_FUNCTIONS or 'module:function'."},
-    )
-
-
-def build_grpo_trainer(script_args: ScriptArguments, training_args):
-    """The `GRPOEntropyTrainer` a recipe describes (model, dataset and rewards resolved by name)."""
-    from .rewards import get_reward_function
-    from .trainers import GRPOEntropyTrainer
-
-    model, tokenizer = script_args.model_name_or_path, None
-    if model == "testbed":
-        from .demo import testbed
-
-        model, tokenizer = testbed.load_or_pretrain(testbed.TestbedRecipe(), progress=False)
-    if script_args.dataset_name == "testbed":
-        from .demo import testbed
-
-        train_dataset, _ = testbed.make_datasets(testbed.TestbedRecipe())
-    else:
-        from datasets import load_dataset
-
-        train_dataset = load_dataset(script_args.dataset_name, script_args.dataset_config,
-                                     split=script_args.dataset_train_split)
-        if script_args.dataset_prompt_column != "prompt":
-            train_dataset = train_dataset.rename_column(script_args.dataset_prompt_column, "prompt")
-    rewards = [get_reward_function(name) for name in script_args.reward_funcs]
-    return GRPOEntropyTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=train_dataset,
-                              processing_class=tokenizer)
-
-
-def parse_grpo_args(argv):
-    """(ScriptArguments, GRPOEntropyConfig) from `--config file.yaml` and/or command-line flags (TRL's TrlParser)."""
-    from trl import TrlParser
-
-    from .trainers import GRPOEntropyConfig
-
-    parser = TrlParser((ScriptArguments, GRPOEntropyConfig), prog="trl-entropy grpo")
-    return parser.parse_args_and_config(args=list(argv))
-
-
 def _grpo(argv):
-    script_args, training_args = parse_grpo_args(argv)
-    trainer = build_grpo_trainer(script_args, training_args)
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    return 0
+    _quiet_third_party(chatter=False)  # before parsing: TrainingArguments warns while it is built
+    from .grpo_script import run_grpo
+
+    return run_grpo(argv)
+
+
+def __getattr__(name):
+    # Backward compatibility: the `grpo` command's pieces live in trl_entropy.grpo_script (which imports TRL).
+    if name in ("ScriptArguments", "ModelArguments", "parse_grpo_args", "build_grpo_trainer", "run_grpo"):
+        from . import grpo_script
+
+        return getattr(grpo_script, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 USAGE = """usage: trl-entropy <command> [options]
 
 commands:
   demo   offline GRPO entropy-control demo on a tiny pretrained model (CPU, no network)
-         trl-entropy demo [--compare] [--steps N] ...
-  grpo   train with GRPOEntropyTrainer from a recipe; any GRPOEntropyConfig field also works as a flag
-         trl-entropy grpo --config recipes/testbed.yaml [--max_steps 10 ...]
-         accelerate launch --config_file recipes/accelerate/ddp.yaml -m trl_entropy.cli grpo --config ..."""
+         trl-entropy demo [--compare] [--steps N] ...            (trl-entropy demo --help lists every flag)
+  grpo   `trl grpo` with GRPOEntropyTrainer: every GRPOEntropyConfig field, TRL's model flags (--use_peft,
+         --lora_r, --dtype, --attn_implementation, ...) and dataset flags (--dataset_test_split, ...)
+         trl-entropy grpo --config recipes/testbed.yaml [--max_steps 10 ...]   (trl-entropy grpo --help)
+         accelerate launch --config_file recipes/accelerate/ddp.yaml -m trl_entropy.cli grpo --config ...
+
+Flags use underscores (--output_dir), as TRL's do; the hyphenated spelling (--output-dir) works too."""
 
 
 def main(argv=None):

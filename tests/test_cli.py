@@ -1,0 +1,321 @@
+"""The `trl-entropy` command line: fast help, one flag convention, TRL's model/dataset flags, quiet third parties."""
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from trl_entropy import cli, grpo_script
+
+ROOT = os.path.dirname(os.path.dirname(__file__))
+TESTBED_YAML = os.path.join(ROOT, "recipes", "testbed.yaml")
+
+
+def _run_python(code):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+# --- help needs neither torch nor TRL -------------------------------------------------------------------------------
+
+def test_help_imports_neither_torch_nor_trl():
+    code = (
+        "import sys\n"
+        "from trl_entropy.cli import main\n"
+        "assert main(['--help']) == 0\n"
+        "try:\n"
+        "    main(['demo', '--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0\n"
+        "import trl_entropy\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))\n"
+    )
+    r = _run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert "usage: trl-entropy demo" in r.stdout and "--target_start" in r.stdout
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_public_names_still_import():
+    import trl_entropy
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer, make_schedule  # noqa: F401
+
+    namespace = {}
+    exec("from trl_entropy import *", namespace)
+    assert set(trl_entropy.__all__) <= set(namespace) and set(trl_entropy.__all__) <= set(dir(trl_entropy))
+    assert GRPOEntropyTrainer.__name__ == "GRPOEntropyTrainer" and callable(make_schedule)
+    assert GRPOEntropyConfig.__module__ == "trl_entropy.trainers.grpo_entropy_config"
+
+
+def test_unknown_public_name_is_an_attribute_error():
+    import trl_entropy
+
+    with pytest.raises(AttributeError, match="nope"):
+        trl_entropy.nope  # noqa: B018
+
+
+# --- demo: underscores, hidden hyphen aliases, help and default on every flag ----------------------------------------
+
+def test_every_demo_flag_has_help_and_a_shown_default():
+    parser = cli.demo_parser()
+    text = parser.format_help()
+    for name, kwargs in cli.demo_flags():
+        assert kwargs.get("help"), f"--{name} has no help"
+        assert f"--{name}" in text
+        if "_" in name:
+            assert f"--{name.replace('_', '-')}" not in text, "the hyphenated alias stays out of the help"
+    # every visible option shows a default: argparse's "(default: X)" or, for a None default, one its help writes
+    visible = [a for a in parser._actions if a.help not in (argparse.SUPPRESS, None) and a.dest != "help"]
+    assert len(visible) == len(cli.demo_flags())
+    assert text.count("(default:") == len(visible)
+
+
+@pytest.mark.parametrize("spelling", ["underscore", "hyphen"])
+def test_demo_flags_parse_in_both_spellings(spelling):
+    def flag(name):
+        return "--" + (name if spelling == "underscore" else name.replace("_", "-"))
+
+    a = cli.demo_parser().parse_args([
+        flag("target_start"), "0.7", flag("target_end_ratio"), "0.25", flag("anneal_ratio"), "0.2",
+        flag("output_dir"), "somewhere", flag("no_progress"), "--steps", "5", "--seed", "3", "--schedule", "cosine",
+        "--methods", "grpo", "entrocraft",
+    ])
+    assert (a.target_start, a.target_end_ratio, a.anneal_ratio, a.output_dir) == (0.7, 0.25, 0.2, "somewhere")
+    assert a.no_progress and a.steps == 5 and a.seed == 3 and a.schedule == "cosine"
+    assert a.methods == ["grpo", "entrocraft"]
+
+
+def test_demo_choices_and_defaults_are_the_runners():
+    from trl_entropy.demo import runner
+
+    assert cli.DEMO_METHODS == tuple(runner.METHODS) and cli.DEMO_DEFAULT_METHOD == runner.DEFAULT_METHOD
+    defaults = {f.name: f.default for f in dataclasses.fields(runner.DemoSettings)}
+    parsed = vars(cli.demo_parser().parse_args([]))
+    for name, value in parsed.items():
+        if name in defaults:
+            assert value == defaults[name], f"--{name} defaults to {value!r}, DemoSettings.{name} to {defaults[name]!r}"
+
+
+def test_demo_passes_the_flags_to_demo_settings(monkeypatch):
+    from trl_entropy.demo import runner
+
+    seen = {}
+    monkeypatch.setattr(cli, "_quiet_third_party", lambda **kw: None)  # keep transformers' logging as it is
+    monkeypatch.setattr(runner, "run_demo", lambda methods, settings: seen.update(methods=methods, settings=settings))
+    assert cli.main(["demo", "--steps", "3", "--target-start", "0.9", "--output_dir", "o", "--no-progress"]) == 0
+    s = seen["settings"]
+    assert seen["methods"] == [cli.DEMO_DEFAULT_METHOD]
+    assert (s.steps, s.target_start, s.output_dir, s.progress, s.schedule) == (3, 0.9, "o", False, "wsd")
+    assert cli.main(["demo", "--compare", "--no_progress"]) == 0
+    assert seen["methods"] == list(cli.DEMO_METHODS)
+
+
+def test_demo_refuses_zero_steps(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--steps", "0"])
+    assert "--steps must be >= 1" in capsys.readouterr().err
+
+
+# --- grpo: TRL's ModelConfig and ScriptArguments flags ---------------------------------------------------------------
+
+# (flags with underscores, check on (script_args, training_args, model_args))
+GRPO_FLAGS = [
+    (["--use_peft"], lambda s, t, m: m.use_peft is True),
+    (["--lora_r", "8"], lambda s, t, m: m.lora_r == 8),
+    (["--lora_alpha", "64"], lambda s, t, m: m.lora_alpha == 64),
+    (["--lora_dropout", "0.0"], lambda s, t, m: m.lora_dropout == 0.0),
+    (["--lora_target_modules", "q_proj", "v_proj"], lambda s, t, m: m.lora_target_modules == ["q_proj", "v_proj"]),
+    (["--lora_target_modules", "all-linear"], lambda s, t, m: m.lora_target_modules == "all-linear"),
+    (["--use_rslora"], lambda s, t, m: m.use_rslora is True),
+    (["--dtype", "bfloat16"], lambda s, t, m: m.dtype == "bfloat16"),
+    (["--attn_implementation", "sdpa"], lambda s, t, m: m.attn_implementation == "sdpa"),
+    (["--model_revision", "v1"], lambda s, t, m: m.model_revision == "v1"),
+    (["--load_in_4bit"], lambda s, t, m: m.load_in_4bit is True),
+    (["--model_name_or_path", "Qwen/Qwen2.5-0.5B"], lambda s, t, m: m.model_name_or_path == "Qwen/Qwen2.5-0.5B"),
+    (["--dataset_test_split", "validation"], lambda s, t, m: s.dataset_test_split == "validation"),
+    (["--dataset_streaming"], lambda s, t, m: s.dataset_streaming is True),
+    (["--eval_strategy", "steps", "--eval_steps", "5"],
+     lambda s, t, m: t.eval_strategy == "steps" and t.eval_steps == 5),
+    (["--per_device_eval_batch_size", "16"], lambda s, t, m: t.per_device_eval_batch_size == 16),
+]
+
+
+@pytest.mark.parametrize("spelling", ["underscore", "hyphen"])
+@pytest.mark.parametrize("flags,check", GRPO_FLAGS, ids=[f[0][0] + (f"={f[0][1]}" if len(f[0]) > 1 else "")
+                                                         for f in GRPO_FLAGS])
+def test_grpo_model_and_dataset_flags_parse(flags, check, spelling):
+    if spelling == "hyphen":
+        flags = [f.replace("_", "-") if f.startswith("--") else f for f in flags]
+    script_args, training_args, model_args, _ = grpo_script.parse_grpo_args(["--config", TESTBED_YAML] + flags)
+    assert check(script_args, training_args, model_args)
+
+
+def test_grpo_defaults_keep_the_offline_testbed():
+    script_args, _, model_args, dataset_args = grpo_script.parse_grpo_args(["--bf16", "false", "--use_cpu", "true"])
+    assert model_args.model_name_or_path == "testbed" and script_args.dataset_name == "testbed"
+    assert script_args.reward_funcs == ["testbed"] and script_args.dataset_test_split == "test"
+    assert model_args.use_peft is False and dataset_args.datasets == []
+
+
+def test_grpo_help_lists_trl_model_flags():
+    text = grpo_script.make_parser().format_help()
+    for flag in ("--use_peft", "--lora_r", "--lora_alpha", "--lora_target_modules", "--dtype", "--attn_implementation",
+                 "--dataset_test_split", "--eval_strategy", "--entropy_control", "--datasets"):
+        assert flag in text
+
+
+def test_model_flags_become_model_init_kwargs():
+    _, training_args, model_args, _ = grpo_script.parse_grpo_args(
+        ["--config", TESTBED_YAML, "--dtype", "bfloat16", "--attn_implementation", "eager", "--model_revision", "r1",
+         "--model_init_kwargs", json.dumps({"attn_implementation": "sdpa"})])
+    kwargs = grpo_script._model_init_kwargs(model_args, training_args)
+    # the explicit model_init_kwargs win, as in `trl grpo`
+    assert kwargs == dict(revision="r1", trust_remote_code=False, attn_implementation="sdpa", dtype="bfloat16")
+
+
+def test_peft_config_comes_from_trl():
+    from peft import LoraConfig
+    from trl import get_peft_config
+
+    _, _, model_args, _ = grpo_script.parse_grpo_args(
+        ["--config", TESTBED_YAML, "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"])
+    config = get_peft_config(model_args)
+    assert isinstance(config, LoraConfig) and config.r == 4 and set(config.target_modules) == {"q_proj", "v_proj"}
+
+
+# --- grpo: datasets and the eval split -------------------------------------------------------------------------------
+
+@pytest.fixture
+def local_dataset(tmp_path):
+    """A local JSON dataset with splits train/validation and the prompt in a column named 'question'."""
+    paths = {}
+    for split, n in (("train", 6), ("validation", 3)):
+        paths[split] = str(tmp_path / f"{split}.jsonl")
+        with open(paths[split], "w") as f:
+            for i in range(n):
+                f.write(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n")
+    return paths
+
+
+def _script_args(**kw):
+    return grpo_script.ScriptArguments(**kw)
+
+
+def test_load_splits_train_and_eval(local_dataset):
+    from datasets import load_dataset
+
+    ds = load_dataset("json", data_files=local_dataset)
+    s = _script_args(dataset_name="json", dataset_prompt_column="question", dataset_test_split="validation")
+    train, test = grpo_script._split_and_rename(ds, s, True, "'json'")
+    assert train.num_rows == 6 and test.num_rows == 3 and "prompt" in train.column_names
+    assert train[0]["prompt"] == "0+1=" and test[2]["prompt"] == "2+1="
+    _, test = grpo_script._split_and_rename(ds, s, False, "'json'")
+    assert test is None
+
+
+def test_missing_split_or_column_names_the_flag(local_dataset):
+    from datasets import load_dataset
+
+    ds = load_dataset("json", data_files=local_dataset)
+    with pytest.raises(ValueError, match=r"dataset_test_split='test'.*validation.*eval_strategy"):
+        grpo_script._split_and_rename(ds, _script_args(dataset_prompt_column="question"), True, "'json'")
+    with pytest.raises(ValueError, match=r"dataset_train_split='training'"):
+        grpo_script._split_and_rename(ds, _script_args(dataset_train_split="training"), False, "'json'")
+    with pytest.raises(ValueError, match=r"dataset_prompt_column='problem'.*question"):
+        grpo_script._split_and_rename(ds, _script_args(dataset_prompt_column="problem"), False, "'json'")
+
+
+def test_testbed_dataset_has_a_test_split():
+    train, test = grpo_script._load_splits(_script_args(), eval_wanted=True)
+    assert train.num_rows > test.num_rows > 0 and {"prompt", "answer"} <= set(test.column_names)
+
+
+def test_dataset_mixture_with_a_test_split(local_dataset, tmp_path):
+    from trl import DatasetMixtureConfig
+
+    mixture = DatasetMixtureConfig(datasets=[dict(path="json", data_files=local_dataset["train"])],
+                                   test_split_size=0.5)
+    train, test = grpo_script._load_splits(_script_args(dataset_prompt_column="question"), True, mixture)
+    assert train.num_rows == 3 and test.num_rows == 3 and "prompt" in test.column_names
+    with pytest.warns(UserWarning, match="dataset_name is ignored"):
+        grpo_script._load_splits(_script_args(dataset_name="some/dataset", dataset_prompt_column="question"), False,
+                                 mixture)
+
+
+def test_no_dataset_at_all_is_an_error():
+    with pytest.raises(ValueError, match="dataset_name"):
+        grpo_script._load_splits(_script_args(dataset_name=None), False)
+
+
+# --- grpo: a real LoRA run through the CLI --------------------------------------------------------------------------
+
+def test_grpo_cli_use_peft_trains_an_adapter_and_evaluates(tmp_path, monkeypatch, recwarn):
+    import trl_entropy.demo.testbed as tb
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
+    small = tb.TestbedRecipe(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                             sft_steps=5, sft_batch_size=8)
+    monkeypatch.setattr(tb, "TestbedRecipe", lambda *a, **k: small)
+    make_datasets = tb.make_datasets
+    monkeypatch.setattr(tb, "make_datasets", lambda recipe, **k: make_datasets(recipe, n_train=64, n_test=2))
+    built = []
+    build = grpo_script.build_grpo_trainer
+    monkeypatch.setattr(grpo_script, "build_grpo_trainer", lambda *a: built.append(build(*a)) or built[-1])
+
+    out = tmp_path / "run"
+    rc = cli.main(["grpo", "--config", TESTBED_YAML, "--max_steps", "2", "--output_dir", str(out),
+                   "--per_device_train_batch_size", "16", "--steps_per_generation", "1", "--use_peft",
+                   "--lora-r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj",
+                   "--eval_strategy", "steps", "--eval_steps", "2", "--entropy_plots", "false"])
+    assert rc == 0
+    assert (out / "adapter_config.json").exists() and (out / "adapter_model.safetensors").exists()
+    assert not (out / "model.safetensors").exists()
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and adapter["lora_alpha"] == 8 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
+    trainer = built[0]
+    assert trainer.eval_dataset is not None and trainer.eval_dataset.num_rows == 2
+    assert any("eval_reward" in row for row in trainer.state.log_history)
+    # transformers' FutureWarnings are hidden from `grpo` as from `demo`
+    assert not [w for w in recwarn.list if issubclass(w.category, FutureWarning)], [str(w.message) for w in recwarn]
+
+
+def test_run_grpo_resumes_saves_and_ends_as_trl_grpo(monkeypatch, tmp_path):
+    calls = []
+
+    class FakeTrainer:
+        def train(self, resume_from_checkpoint=None):
+            calls.append(("train", resume_from_checkpoint))
+
+        def save_model(self, output_dir):
+            calls.append(("save_model", output_dir))
+
+        def end(self):
+            calls.append(("end",))
+
+    monkeypatch.setattr(grpo_script, "build_grpo_trainer", lambda *a: FakeTrainer())
+    ckpt = str(tmp_path / "checkpoint-4")
+    assert grpo_script.run_grpo(["--config", TESTBED_YAML, "--output_dir", str(tmp_path),
+                                 "--resume_from_checkpoint", ckpt]) == 0
+    assert calls == [("train", ckpt), ("save_model", str(tmp_path)), ("end",)]
+
+
+# --- quieting third parties, not ourselves ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("chatter", [True, False])
+def test_quiet_third_party_hides_library_future_warnings_only(chatter):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli._quiet_third_party(chatter=chatter)
+        for module in ("transformers.training_args", "transformers", "trl.trainer.grpo_trainer", "accelerate.state"):
+            warnings.warn_explicit("`gradient_checkpointing` is deprecated", FutureWarning, "x.py", 1, module=module)
+        warnings.warn_explicit("a gradient_checkpointing note", UserWarning, "x.py", 1, module="trl.trainer.utils")
+        warnings.warn_explicit("ours, deprecated", FutureWarning, "y.py", 1, module="trl_entropy.trainers.config")
+        warnings.warn_explicit("ours, gradient_checkpointing", UserWarning, "y.py", 2, module="trl_entropy.cli")
+        warnings.warn_explicit("ours too", UserWarning, "z.py", 1, module="trl_entropy")
+    assert sorted(str(w.message) for w in caught) == ["ours too", "ours, deprecated", "ours, gradient_checkpointing"]
