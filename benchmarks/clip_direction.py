@@ -8,7 +8,7 @@ grow. Whether that holds is a property of the task and the model, not of the con
 GRPO on the testbed with fixed `epsilon_high` values, off-policy (several optimizer steps per generation batch, the
 only setting where a clip bound acts), and prints the entropy reached, the reward and the fraction of tokens TRL
 clipped at the upper bound. If entropy *falls* as `epsilon_high` rises, the controller's feedback has the wrong sign
-for this task and it cannot hold a target (see the README, "What is measured").
+for this task and it cannot hold a target (see docs/benchmarks.md, "Which way the clip bound moves entropy").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Registry of entropy controls. One control = one small object that says which trainer hooks it uses.
 
-Hooks (see docs in README, "Architecture"):
+Hooks (see docs/architecture.md):
 
 * ``apply(trainer)``            (A, knob): set the knobs TRL reads (e.g. ``trainer.epsilon_high``) for the next step.
 * ``observe(measured, target)`` (E, control): called once per optimizer step with the global measured entropy and
