@@ -88,3 +88,31 @@ def test_make_schedule_errors(kwargs, match):
 def test_total_steps_must_be_positive():
     with pytest.raises(ValueError, match="total_steps"):
         LinearSchedule(start=0.1)(0, 0)
+
+
+def _decay(step, total, end=0.1):
+    return max(end, 1.0 - step / total)
+
+
+class _Stepper:
+    def __call__(self, step, total):
+        return 0.5
+
+    def value(self, step, total):
+        return 0.5
+
+
+def test_schedule_label_is_readable_for_every_kind_of_callable():
+    import functools
+
+    from trl_entropy.scheduling import schedule_label
+
+    assert schedule_label(_decay) == "_decay"
+    assert schedule_label(lambda s, t: 1.0).startswith("lambda (test_schedules.py:")
+    assert schedule_label(functools.partial(_decay, end=0.2)) == "functools.partial(_decay, end=0.2)"
+    assert schedule_label(_Stepper()) == "_Stepper instance"
+    assert schedule_label(_Stepper().value) == "_Stepper.value"
+    assert schedule_label(LinearSchedule(start=0.6, end=0.2)) == "LinearSchedule(start=0.6, end=0.2, warmup_steps=0)"
+    assert schedule_label(make_schedule(_decay)) == "_decay"  # the wrapper is transparent
+    for fn in (_decay, functools.partial(_decay, end=0.2), _Stepper()):
+        assert "0x" not in schedule_label(fn)

@@ -15,7 +15,10 @@ At ``step == total_steps`` every decaying shape reaches ``end`` exactly.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,8 +30,14 @@ __all__ = [
     "WSDSchedule",
     "CallableSchedule",
     "make_schedule",
+    "schedule_label",
     "SCHEDULES",
+    "CALLABLE_SCHEDULE_PREFIX",
 ]
+
+# How a callable `entropy_schedule` appears where the callable itself cannot be stored (`training_args.bin` in
+# checkpoints, `to_dict()`/`to_json_string()` for loggers): this prefix and `schedule_label(fn)`.
+CALLABLE_SCHEDULE_PREFIX = "callable:"
 
 
 def _progress(step: int, begin: int, total: int) -> float:
@@ -141,12 +150,50 @@ class CallableSchedule:
 SCHEDULES = {"constant": ConstantSchedule, "linear": LinearSchedule, "cosine": CosineSchedule, "wsd": WSDSchedule}
 
 
+def _short_repr(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def schedule_label(fn) -> str:
+    """A short, readable name for a schedule callable, for model cards and serialised configs.
+
+    A function gives its qualified name (``decay``, ``Sched.value``), a lambda ``lambda (file.py:LINE)``, a
+    ``functools.partial`` its function and bound arguments, an object with its own ``__repr__`` (e.g. a
+    :class:`LinearSchedule`) that repr, any other callable object ``<Class> instance``. Never raises.
+    """
+    if isinstance(fn, CallableSchedule):
+        return schedule_label(fn.fn)
+    if isinstance(fn, functools.partial):
+        parts = [schedule_label(fn.func)] + [_short_repr(a) for a in fn.args]
+        parts += [f"{k}={_short_repr(v)}" for k, v in fn.keywords.items()]
+        return f"functools.partial({', '.join(parts)})"
+    if inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn):
+        if getattr(fn, "__name__", None) == "<lambda>":
+            code = getattr(fn, "__code__", None)
+            where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code is not None else ""
+            return f"lambda{where}"
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+        return name.replace("<locals>.", "")
+    if type(fn).__repr__ is not object.__repr__:
+        try:
+            return _short_repr(fn, limit=80)
+        except Exception:  # a broken __repr__ must not break a model card
+            pass
+    return f"{type(fn).__qualname__} instance"
+
+
 def make_schedule(name, start=None, end=None, warmup_steps=0, anneal_ratio=0.1):
     """Build a schedule from its config name, or wrap a callable / pass an existing schedule through."""
     if isinstance(name, EntropySchedule) or isinstance(name, CallableSchedule):
         return name
     if callable(name):
         return CallableSchedule(name)
+    if isinstance(name, str) and name.startswith(CALLABLE_SCHEDULE_PREFIX):
+        raise ValueError(
+            f"entropy_schedule={name!r} is the placeholder a saved config keeps for a callable schedule (callables "
+            "are not stored in checkpoints or logged configs). Pass the same callable again as entropy_schedule."
+        )
     if name not in SCHEDULES:
         raise ValueError(f"entropy_schedule must be one of {sorted(SCHEDULES)} or a callable, got {name!r}.")
     if start is None:

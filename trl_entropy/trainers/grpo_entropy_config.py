@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
+
+from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 
 __all__ = [
     "GRPOEntropyConfig",
@@ -76,7 +79,11 @@ class GRPOEntropyConfig(GRPOConfig):
         entropy_schedule (`str`, *optional*):
             Shape of the target entropy curve: `"constant"`, `"linear"`, `"cosine"` or `"wsd"`
             (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
-            unset when `entropy_control="none"`. A callable `fn(step, total_steps) -> float` is accepted in Python.
+            unset when `entropy_control="none"`. A callable `fn(step, total_steps) -> float` is accepted in Python
+            (a lambda, a function, a `functools.partial`, a schedule object). The trainer uses the callable itself,
+            but it is not stored: checkpoints (`training_args.bin`), `to_dict()` and `to_json_string()` hold the
+            placeholder `"callable:<name>"` instead (e.g. `"callable:lambda (train.py:12)"`), so saving works for
+            any callable; to resume from a checkpoint, build the config with the same callable again.
         entropy_schedule_start (`float`, *optional*):
             Target entropy (nats, mean per completion token) at the start of training. Required by target-following
             controls.
@@ -321,6 +328,41 @@ class GRPOEntropyConfig(GRPOConfig):
         super().__post_init__()
         self._validate_entropy_fields()
 
+    # ------------------------------------------------------------------ serialisation
+    # A callable entropy_schedule (often a lambda or a local function) cannot be pickled or written as JSON. The
+    # live config keeps it (the trainer calls it); every stored or logged copy gets a readable placeholder instead.
+    def _schedule_placeholder(self) -> str | None:
+        schedule = self.__dict__.get("entropy_schedule")
+        return CALLABLE_SCHEDULE_PREFIX + schedule_label(schedule) if callable(schedule) else None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        placeholder = self._schedule_placeholder()
+        if placeholder is not None:  # pickling (torch.save of training_args.bin): store the name, not the callable
+            state["entropy_schedule"] = placeholder
+        return state
+
+    def __copy__(self):
+        new = self.__class__.__new__(self.__class__)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy would go through __getstate__ and lose the callable: copy the fields, share the callable.
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            keep = key == "entropy_schedule" and callable(value)
+            new.__dict__[key] = value if keep else copy.deepcopy(value, memo)
+        return new
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        placeholder = self._schedule_placeholder()
+        if placeholder is not None:
+            d["entropy_schedule"] = placeholder
+        return d
+
     # ------------------------------------------------------------------ validation
     def _validate_entropy_fields(self) -> None:
         if self.entropy_control not in ENTROPY_CONTROLS:
@@ -341,6 +383,12 @@ class GRPOEntropyConfig(GRPOConfig):
                 "trl_entropy.EntropyScheduleCallback to drive TRL's own use_adaptive_entropy target."
             )
         if self.entropy_schedule is not None and not callable(self.entropy_schedule):
+            if isinstance(self.entropy_schedule, str) and self.entropy_schedule.startswith(CALLABLE_SCHEDULE_PREFIX):
+                raise ValueError(
+                    f"entropy_schedule={self.entropy_schedule!r} is the placeholder a saved config keeps for a "
+                    "callable schedule (callables are not stored in checkpoints or logged configs); pass the same "
+                    "callable again as entropy_schedule."
+                )
             if self.entropy_schedule not in SCHEDULE_NAMES:
                 raise ValueError(
                     f"entropy_schedule must be one of {list(SCHEDULE_NAMES)} or a callable, got "
