@@ -69,3 +69,105 @@ def test_a_config_with_a_callable_schedule_copies_and_reloads_clearly(tmp_path):
     # a config rebuilt from the stored placeholder says what to do instead of "must be one of ..."
     with pytest.raises(ValueError, match="pass the same callable again as entropy_schedule"):
         lambda_args(tmp_path, d["entropy_schedule"])
+
+
+# ---------------------------------------------------------------------------------------------- reward functions
+def _float(completions, **kw):
+    return 0.5
+
+
+def _dict(completions, **kw):
+    return {"score": [1.0] * len(completions)}
+
+
+def _words(completions, **kw):
+    return ["correct" if "1" in c else "wrong" for c in completions]
+
+
+def _numeric_strings(completions, **kw):
+    return ["1.0" for _ in completions]
+
+
+def _too_short(completions, **kw):
+    return [1.0] * (len(completions) - 1)
+
+
+def _nothing(completions, **kw):
+    return None
+
+
+def _generator(completions, **kw):
+    return (1.0 for _ in completions)
+
+
+@pytest.mark.parametrize(
+    "reward, error, what",
+    [
+        (_float, TypeError, r"returned a float \(0\.5\)"),
+        (_dict, TypeError, r"returned a dict \(keys 'score'\)"),
+        (_words, TypeError, r"returned a str \('(correct|wrong)'\) for completion 0 .*Map each completion to a number"),
+        (_numeric_strings, TypeError, r"returned a str \('1\.0'\) for completion 0 .*Convert numeric strings"),
+        (_too_short, ValueError, r"returned 7 value\(s\) for 8 completions"),
+        (_nothing, TypeError, r"returned None"),
+        (_generator, TypeError, r"returned a generator"),
+    ],
+)
+def test_a_reward_function_with_a_bad_output_is_named_with_what_it_returned(tmp_path, reward, error, what):
+    trainer = make(tiny_args(tmp_path, max_steps=1), reward=reward)
+    with pytest.raises(error, match=rf"Reward function '{reward.__name__}' {what}") as err:
+        trainer.train()
+    assert "expected a list of floats (or None for a completion it cannot score), one per completion" in str(err.value)
+
+
+def test_reward_output_check_accepts_sequences_of_numbers():
+    import numpy as np
+
+    from trl_entropy.trainers.grpo_entropy_trainer import check_reward_output
+
+    assert check_reward_output("f", [1, 0.5, None, True], 4) == [1.0, 0.5, None, 1.0]
+    assert check_reward_output("f", (np.float32(0.25), np.int64(2)), 2) == [0.25, 2.0]
+    assert check_reward_output("f", np.array([0.5, 1.0]), 2) == [0.5, 1.0]
+    assert check_reward_output("f", torch.tensor([0.5, 1.0]), 2) == [0.5, 1.0]
+    assert check_reward_output("f", [float("nan")], 1)[0] != 0.0  # NaN is passed on; the trainer decides
+
+
+def _all_nan(completions, **kw):
+    return [float("nan")] * len(completions)
+
+
+def _first_nan(completions, **kw):
+    return [float("nan") if i == 0 else float(c.count("1")) for i, c in enumerate(completions)]
+
+
+def _trl_messages(caplog):
+    return [r.getMessage() for r in caplog.records if "All reward functions returned None" in r.getMessage()]
+
+
+def test_nan_rewards_name_the_function_and_a_run_without_any_reward_stops(tmp_path, caplog):
+    trainer = make(tiny_args(tmp_path, max_steps=6, max_unscorable_batches=2), reward=_all_nan)
+    with pytest.warns(RuntimeWarning) as record, pytest.raises(
+        RuntimeError, match=r"Step 1: no completion of the last 2 generation batches got a reward \('_all_nan' "
+                            r"returned NaN for 8\).*max_unscorable_batches=2"):
+        trainer.train()
+    messages = [str(w.message) for w in record]
+    assert any("reward function '_all_nan' returned NaN for 8 completion(s)" in m for m in messages)
+    assert any("Step 0: no completion of this generation batch got a reward ('_all_nan' returned NaN for 8)" in m
+               and "1 such batch(es) in a row; the run stops at max_unscorable_batches=2" in m for m in messages)
+    assert trainer.state.global_step == 1  # stopped at the second batch, not silently at loss 0 until the end
+    assert not _trl_messages(caplog)  # TRL's misleading "All reward functions returned None" is replaced
+
+
+def test_unscorable_batches_only_warn_with_no_limit(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=3, max_unscorable_batches=None), reward=_all_nan)
+    with pytest.warns(RuntimeWarning, match="no completion of this generation batch got a reward"):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    assert history(trainer, "entropy_control/unscorable_batches") == [1.0, 2.0, 3.0]
+
+
+def test_some_unscorable_completions_warn_with_the_function_and_nan(tmp_path, caplog):
+    trainer = make(tiny_args(tmp_path, max_steps=2), reward=_first_nan)
+    with pytest.warns(RuntimeWarning, match=r"1 of 8 completions got no reward from any reward function "
+                                            r"\('_first_nan' returned NaN for 1\)"):
+        trainer.train()
+    assert trainer.state.global_step == 2 and not _trl_messages(caplog)

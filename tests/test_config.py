@@ -80,6 +80,9 @@ def test_target_control_defaults_to_constant_schedule():
          "entropic_high_prob_threshold"),
         (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_kp=-1.0), "entropic_kp"),
         (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_ki=float("inf")), "entropic_ki"),
+        (dict(max_unscorable_batches=0), "max_unscorable_batches"),
+        (dict(max_unscorable_batches=2.5), "max_unscorable_batches"),
+        (dict(max_unscorable_batches=True), "max_unscorable_batches"),
     ],
 )
 def test_invalid_configs_name_the_field(kw, field):

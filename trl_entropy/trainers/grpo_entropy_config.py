@@ -116,6 +116,12 @@ class GRPOEntropyConfig(GRPOConfig):
             Write `entropy_curves.png` (measured entropy vs target), `entropy_knob.png`, `reward.png` and, when pass@k
             was evaluated, `pass_at_k.png` into `output_dir` at every save (before a Hub upload) and at the end of
             training. Needs matplotlib; skipped with a warning without it.
+        max_unscorable_batches (`int` or `None`, *optional*, defaults to `3`):
+            A generation batch in which no completion got a reward (every reward function returned None or NaN for
+            every completion) trains at zero advantage: loss 0, no policy gradient. Each one warns; this many in a
+            row stop training with an error naming the reward functions. Counted in generation batches: one per
+            optimizer step with TRL's defaults, one per `steps_per_generation * num_iterations` micro-batches in
+            general. `None` never stops (it still warns). Applies to every `entropy_control`, `"none"` included.
 
     > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
 
@@ -260,6 +266,14 @@ class GRPOEntropyConfig(GRPOConfig):
         metadata={
             "help": "Write entropy_curves.png (entropy vs target), entropy_knob.png, reward.png and pass_at_k.png "
             "into output_dir at every save and at the end of training (needs matplotlib; skipped without it)."
+        },
+    )
+
+    max_unscorable_batches: int | None = field(
+        default=3,
+        metadata={
+            "help": "Stop with an error after this many generation batches in a row in which no completion got a "
+            "reward (all None/NaN: loss 0, no gradient); each one warns. >= 1, or None to only warn."
         },
     )
 
@@ -460,6 +474,10 @@ class GRPOEntropyConfig(GRPOConfig):
                     UserWarning,
                     stacklevel=3,
                 )
+
+        limit = self.max_unscorable_batches
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ValueError(f"max_unscorable_batches must be an integer >= 1 or None, got {limit!r}.")
 
         self._validate_choice("cov_scope", COV_SCOPES)
         self._validate_range("clip_cov_ratio", 0.0, 1.0)

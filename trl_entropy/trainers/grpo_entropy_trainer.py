@@ -26,10 +26,13 @@ Hooks used (trl 1.16):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
+import logging
 import math
+import numbers
 import os
 import warnings
 
@@ -53,15 +56,84 @@ CONTROL_STATE_FILE = "entropy_control_state.json"
 METRIC_PREFIX = "entropy_control/"
 
 
-def _guard_reward_function(reward_func, name: str, on_nonfinite=None):
+_REWARD_EXPECTED = "a list of floats (or None for a completion it cannot score), one per completion"
+
+
+def _describe_value(value) -> str:
+    """A short description of what a reward function returned, for error messages."""
+    if value is None:
+        return "None"
+    if isinstance(value, dict):
+        keys = list(value)
+        more = ", ..." if len(keys) > 5 else ""
+        return f"a dict (keys {', '.join(map(repr, keys[:5]))}{more})"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"a {type(value).__name__} ({text})"
+
+
+def _is_reward_sequence(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return True
+    if isinstance(value, torch.Tensor) or type(value).__module__ == "numpy":
+        return getattr(value, "ndim", None) == 1
+    return False
+
+
+def check_reward_output(name: str, rewards, num_completions: int) -> list[float | None]:
+    """The rewards a reward function returned for ``num_completions`` completions, as floats (None kept).
+
+    Raises a ``TypeError`` naming the function, what it returned and what is expected when the output is not a
+    sequence (a float, a dict, a string, a generator...) or holds something other than a real number or None (e.g.
+    words, or numeric strings, which TRL cannot turn into a tensor), and a ``ValueError`` when its length is not one
+    per completion. NaN and infinite values are returned as they are (the caller decides).
+    """
+    expected = f"{_REWARD_EXPECTED} ({num_completions} in this batch)"
+    if not _is_reward_sequence(rewards):
+        raise TypeError(f"Reward function {name!r} returned {_describe_value(rewards)}; expected {expected}.")
+    values = list(rewards)
+    if len(values) != num_completions:
+        raise ValueError(
+            f"Reward function {name!r} returned {len(values)} value(s) for {num_completions} completions; expected "
+            f"{expected}."
+        )
+    out: list[float | None] = []
+    for i, r in enumerate(values):
+        if r is None:
+            out.append(None)
+            continue
+        if isinstance(r, torch.Tensor) and r.numel() == 1 and not r.is_complex():
+            out.append(float(r))
+            continue
+        if isinstance(r, numbers.Real):
+            out.append(float(r))
+            continue
+        hint = ""
+        if isinstance(r, str):
+            try:
+                float(r)
+                hint = " Convert numeric strings with float()."
+            except ValueError:
+                hint = " Map each completion to a number (e.g. 1.0 for correct, 0.0 for wrong)."
+        raise TypeError(
+            f"Reward function {name!r} returned {_describe_value(r)} for completion {i} of the batch; expected "
+            f"{expected}.{hint}"
+        )
+    return out
+
+
+def _guard_reward_function(reward_func, name: str, on_result=None):
     """Wrap a synchronous reward function so that its faults are reported instead of silently training on them.
 
     * An exception is re-raised as a ``RuntimeError`` naming the function and the first failing completion: the batch
       is re-scored one completion at a time to find it, and the error gives its index in the batch and the start of
       its prompt (chained to the original exception).
+    * An output that is not one real number (or None) per completion raises an error naming the function, what it
+      returned and what is expected (:func:`check_reward_output`).
     * A NaN or infinite reward is replaced by ``None`` (TRL's "unscorable": excluded from the group baseline, zero
-      advantage) and reported through ``on_nonfinite(name, indices)``. Left alone, TRL would turn a group holding an
-      infinite reward into zero advantages without a word.
+      advantage). Left alone, TRL would turn a group holding an infinite reward into zero advantages without a word.
+    * Every call reports ``on_result(name, nan_indices, inf_indices, none_indices)`` (the trainer warns with them).
 
     Model-based and async reward functions are returned unchanged.
     """
@@ -78,15 +150,14 @@ def _guard_reward_function(reward_func, name: str, on_nonfinite=None):
                 f" on completion {index} of the batch (prompt {str(prompts[index])[:80]!r})"
             )
             raise RuntimeError(f"Reward function {name!r} raised {type(err).__name__}{where}: {err}") from err
-        bad = [i for i, r in enumerate(rewards) if r is not None and not math.isfinite(float(r))]
-        if not bad:
+        values = check_reward_output(name, rewards, len(completions))
+        nan = [i for i, r in enumerate(values) if r is not None and math.isnan(r)]
+        inf = [i for i, r in enumerate(values) if r is not None and math.isinf(r)]
+        if on_result is not None:
+            on_result(name, nan, inf, [i for i, r in enumerate(values) if r is None])
+        if not nan and not inf:
             return rewards
-        if on_nonfinite is not None:
-            on_nonfinite(name, bad)
-        rewards = list(rewards)
-        for i in bad:
-            rewards[i] = None
-        return rewards
+        return [None if r is not None and not math.isfinite(r) else r for r in values]
 
     return wrapped
 
@@ -100,6 +171,23 @@ def _first_failing_index(reward_func, prompts, completions, kwargs) -> int | Non
         except Exception:
             return i
     return None
+
+
+class _DropTrlAllNoneWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "All reward functions returned None" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _without_trl_all_none_warning():
+    """Hide TRL's "All reward functions returned None" (also printed for NaN rewards) while TRL scores a batch."""
+    trl_logger = logging.getLogger(GRPOTrainer.__module__)
+    drop = _DropTrlAllNoneWarning()
+    trl_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(drop)
 
 
 class GRPOEntropyTrainer(GRPOTrainer):
@@ -128,8 +216,11 @@ class GRPOEntropyTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self._ec_nonfinite_rewards = 0
         self._ec_nonfinite_advantages = 0
+        self._ec_reward_faults: dict[str, tuple[int, int, int]] = {}  # this batch: name -> (#NaN, #inf, #None)
+        self._ec_unscorable_streak = 0  # consecutive training generation batches with no reward at all
+        self._ec_unscorable_batches = 0
         self.reward_funcs = [
-            _guard_reward_function(f, n, self._report_nonfinite_rewards)
+            _guard_reward_function(f, n, self._on_reward_result)
             for f, n in zip(self.reward_funcs, self.reward_func_names)
         ]
         self.entropy_control = build_control(args)
@@ -260,16 +351,81 @@ class GRPOEntropyTrainer(GRPOTrainer):
             return None
         return entropy
 
-    def _report_nonfinite_rewards(self, name: str, indices: list[int]) -> None:
-        self._ec_nonfinite_rewards += len(indices)
+    def _on_reward_result(self, name: str, nan: list[int], inf: list[int], none: list[int]) -> None:
+        """Called by every guarded reward function call: remember its faults, warn about NaN/inf."""
+        if nan or inf or none:
+            self._ec_reward_faults[name] = (len(nan), len(inf), len(none))
+        if not (nan or inf):
+            return
+        self._ec_nonfinite_rewards += len(nan) + len(inf)
+        what = " and ".join(
+            f"{kind} for {len(idx)} completion(s) (first at index {idx[0]})" for kind, idx in (("NaN", nan), ("inf", inf))
+            if idx
+        )
         warnings.warn(
-            f"Step {self.state.global_step}: reward function {name!r} returned NaN/inf for {len(indices)} "
-            f"completion(s) of the batch (first at index {indices[0]}); they are treated as unscorable (excluded "
-            "from the group baseline, advantage 0). Counted in entropy_control/nonfinite_rewards.",
+            f"Step {self.state.global_step}: reward function {name!r} returned {what} of the batch; these rewards are "
+            "treated as unscorable (None: excluded from the group baseline, advantage 0). Counted in "
+            "entropy_control/nonfinite_rewards.",
             RuntimeWarning,
             stacklevel=2,
         )
         self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
+
+    def _describe_reward_faults(self) -> str:
+        parts = []
+        for name, counts in self._ec_reward_faults.items():
+            what = [f"{kind} for {n}" for kind, n in zip(("NaN", "inf", "None"), counts) if n]
+            parts.append(f"{name!r} returned {' and '.join(what)}")
+        return "; ".join(parts) if parts else "the reward functions returned NaN or None"
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._ec_reward_faults = {}
+        with _without_trl_all_none_warning():  # it says "returned None" for NaN too; the check below says which
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._check_unscorable(rewards_per_func)
+        return rewards_per_func
+
+    def _check_unscorable(self, rewards_per_func: torch.Tensor) -> None:
+        """Warn about completions no reward function scored; stop after `max_unscorable_batches` consecutive training
+        generation batches in which none was scored. `rewards_per_func` is TRL's gathered (global) reward matrix, so
+        every process reaches the same decision."""
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        count, total = int(unscorable.sum()), unscorable.numel()
+        training = self.model.training
+        if count < total and training:
+            self._ec_unscorable_streak = 0
+        if count == 0:
+            return
+        step = self.state.global_step
+        why = self._describe_reward_faults()
+        if count < total or not training:
+            warnings.warn(
+                f"Step {step}: {count} of {total} completions got no reward from any reward function ({why}); they "
+                "are unscorable: left out of their group's baseline, advantage 0.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        self._ec_unscorable_streak += 1
+        self._ec_unscorable_batches += 1
+        self._metrics["train"][METRIC_PREFIX + "unscorable_batches"].append(float(self._ec_unscorable_batches))
+        limit = self.args.max_unscorable_batches
+        streak = self._ec_unscorable_streak
+        if limit is not None and streak >= limit:
+            raise RuntimeError(
+                f"Step {step}: no completion of the last {streak} generation batches got a reward ({why}), so "
+                f"training only ran at zero advantage (loss 0, no policy gradient). Stopping: "
+                f"max_unscorable_batches={limit}. Check the reward functions (a reward of None or NaN means 'cannot "
+                "score'), or raise max_unscorable_batches (None never stops)."
+            )
+        stop = "" if limit is None else f"; the run stops at max_unscorable_batches={limit} in a row"
+        warnings.warn(
+            f"Step {step}: no completion of this generation batch got a reward ({why}): every advantage is 0, so "
+            f"training on it has loss 0 and no policy gradient. {streak} such batch(es) in a row{stop}. Counted in "
+            "entropy_control/unscorable_batches.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _check_finite_advantages(self, output):
         """Rollouts whose advantage is NaN/inf (e.g. an infinite reward) get advantage 0, with a warning and a
