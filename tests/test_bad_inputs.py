@@ -171,3 +171,20 @@ def test_some_unscorable_completions_warn_with_the_function_and_nan(tmp_path, ca
                                             r"\('_first_nan' returned NaN for 1\)"):
         trainer.train()
     assert trainer.state.global_step == 2 and not _trl_messages(caplog)
+
+
+# ---------------------------------------------------------------------------------------------- configs
+def test_a_control_that_ignores_the_target_logs_it_for_reference_without_a_tracking_error(tmp_path):
+    with pytest.warns(UserWarning, match="does not follow a target entropy"):
+        args = tiny_args(tmp_path, max_steps=2, entropy_control="kl_cov", kl_cov_ratio=0.1, steps_per_generation=2,
+                         entropy_schedule="linear", entropy_schedule_start=2.0, entropy_schedule_end=1.0)
+    trainer = make(args)
+    trainer.train()
+    assert len(history(trainer, "entropy_control/target")) == len(history(trainer, "entropy_control/measured")) == 2
+    assert not history(trainer, "entropy_control/tracking_error")
+    assert not history(trainer, "entropy_control/relative_tracking_error")
+
+
+def test_entropy_plots_no_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"entropy_plots must be True or False, got 'no'"):
+        tiny_args(tmp_path, entropy_plots="no")

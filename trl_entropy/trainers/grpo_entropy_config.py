@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig
@@ -56,6 +57,26 @@ SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
+def _is_bool_annotation(annotation) -> bool:
+    """Whether a dataclass field is annotated `bool` or `bool | None` (annotations may be strings)."""
+    if annotation is bool:
+        return True
+    text = annotation if isinstance(annotation, str) else str(annotation)
+    return text.replace("typing.", "") in ("bool", "bool | None", "None | bool", "Optional[bool]")
+
+
+@functools.lru_cache(maxsize=None)
+def _bool_field_names(cls) -> tuple[str, ...]:
+    """The fields of dataclass `cls` annotated `bool` or `bool | None`, from the class annotations (HfArgumentParser
+    rewrites `Field.type` in place, e.g. `str | bool` to `bool`, so the fields themselves cannot be trusted)."""
+    names: dict[str, bool] = {}
+    for klass in reversed(cls.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            names[name] = _is_bool_annotation(annotation)
+    init_fields = {f.name for f in fields(cls) if f.init}
+    return tuple(n for n, is_bool in names.items() if is_bool and n in init_fields)
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -79,7 +100,9 @@ class GRPOEntropyConfig(GRPOConfig):
         entropy_schedule (`str`, *optional*):
             Shape of the target entropy curve: `"constant"`, `"linear"`, `"cosine"` or `"wsd"`
             (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
-            unset when `entropy_control="none"`. A callable `fn(step, total_steps) -> float` is accepted in Python
+            unset when `entropy_control="none"`. Controls that do not follow a target (`clip_cov`, `kl_cov`,
+            `w_reinforce`, `positive_reweight` with a fixed progression) accept a schedule with a warning: its target
+            is logged as `entropy_control/target` for reference only, without a tracking error. A callable `fn(step, total_steps) -> float` is accepted in Python
             (a lambda, a function, a `functools.partial`, a schedule object). The trainer uses the callable itself,
             but it is not stored: checkpoints (`training_args.bin`), `to_dict()` and `to_json_string()` hold the
             placeholder `"callable:<name>"` instead (e.g. `"callable:lambda (train.py:12)"`), so saving works for
@@ -88,7 +111,9 @@ class GRPOEntropyConfig(GRPOConfig):
             Target entropy (nats, mean per completion token) at the start of training. Required by target-following
             controls.
         entropy_schedule_end (`float`, *optional*):
-            Target entropy at the end of training. `None` means equal to `entropy_schedule_start`.
+            Target entropy on the last optimizer step. Required by `"linear"`, `"cosine"` and `"wsd"`; for `"wsd"`
+            it must be <= `entropy_schedule_start` (the anneal goes down). `"constant"` ignores it (with a warning
+            when it differs from the start).
         entropy_schedule_warmup_steps (`int`, *optional*, defaults to `0`):
             Optimizer steps during which the target is held at `entropy_schedule_start` before the shape begins.
         entropy_schedule_anneal_ratio (`float`, *optional*, defaults to `0.1`):
@@ -339,6 +364,7 @@ class GRPOEntropyConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        self._validate_bool_fields()  # before GRPOConfig acts on a truthy string such as "no"
         super().__post_init__()
         self._validate_entropy_fields()
 
@@ -378,6 +404,24 @@ class GRPOEntropyConfig(GRPOConfig):
         return d
 
     # ------------------------------------------------------------------ validation
+    def _validate_bool_fields(self) -> None:
+        """Boolean fields must hold booleans: a string such as "no" or "false" is truthy and would turn them on.
+
+        Fields of this class must be `True`/`False`; inherited (TRL / transformers) boolean fields reject strings.
+        """
+        inherited = GRPOConfig.__dataclass_fields__
+        for name in _bool_field_names(type(self)):
+            value = getattr(self, name)
+            own = name not in inherited
+            if isinstance(value, str) or (own and not isinstance(value, bool)):
+                raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+
+    def _schedule_fields_set(self) -> list[str]:
+        """The entropy_schedule* fields set to something other than their default."""
+        names = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end", "entropy_schedule_warmup_steps",
+                 "entropy_schedule_anneal_ratio")
+        return [n for n in names if getattr(self, n) != self.__dataclass_fields__[n].default]
+
     def _validate_entropy_fields(self) -> None:
         if self.entropy_control not in ENTROPY_CONTROLS:
             raise ValueError(
@@ -388,13 +432,16 @@ class GRPOEntropyConfig(GRPOConfig):
                 f"entropy_control={self.entropy_control!r} is not implemented in this release; available: "
                 f"{list(IMPLEMENTED_CONTROLS)}."
             )
-        follows_target = self.entropy_control in TARGET_FOLLOWING_CONTROLS
-        schedule_fields_set = self.entropy_schedule is not None or self.entropy_schedule_start is not None
-        if self.entropy_control == "none" and schedule_fields_set:
+        control = self.entropy_control
+        fixed_progression = control == "positive_reweight" and self.positive_reweight_schedule != "entropy"
+        follows_target = control in TARGET_FOLLOWING_CONTROLS and not fixed_progression
+        schedule_fields_set = self._schedule_fields_set()
+        if control == "none" and schedule_fields_set:
             raise ValueError(
-                "entropy_schedule / entropy_schedule_start are set but entropy_control='none': nothing would follow "
-                "the schedule. Choose an entropy_control (e.g. 'adaptive_clip'), or attach "
-                "trl_entropy.EntropyScheduleCallback to drive TRL's own use_adaptive_entropy target."
+                f"{', '.join(schedule_fields_set)} {'is' if len(schedule_fields_set) == 1 else 'are'} set but "
+                "entropy_control='none': nothing would follow the schedule. Choose an entropy_control (e.g. "
+                "'adaptive_clip'), or attach trl_entropy.EntropyScheduleCallback to drive TRL's own "
+                "use_adaptive_entropy target."
             )
         if self.entropy_schedule is not None and not callable(self.entropy_schedule):
             if isinstance(self.entropy_schedule, str) and self.entropy_schedule.startswith(CALLABLE_SCHEDULE_PREFIX):
@@ -408,15 +455,32 @@ class GRPOEntropyConfig(GRPOConfig):
                     f"entropy_schedule must be one of {list(SCHEDULE_NAMES)} or a callable, got "
                     f"{self.entropy_schedule!r}."
                 )
-        if self.entropy_control == "positive_reweight" and self.positive_reweight_schedule != "entropy":
-            follows_target = False  # fixed progressions need no target
+        schedule_defaulted = self.entropy_schedule is None
         if follows_target:
             if self.entropy_schedule is None:
                 self.entropy_schedule = "constant"
             if self.entropy_schedule_start is None and not callable(self.entropy_schedule):
                 raise ValueError(
                     f"entropy_schedule_start must be set (a target entropy in nats, >= 0) for "
-                    f"entropy_control={self.entropy_control!r}."
+                    f"entropy_control={control!r}."
+                )
+        elif schedule_fields_set and control != "none":
+            if self.entropy_schedule is None and self.entropy_schedule_start is not None:
+                self.entropy_schedule = "constant"
+            why = (f"positive_reweight_schedule={self.positive_reweight_schedule!r} is a fixed progression"
+                   if fixed_progression else "it does not follow a target entropy")
+            warnings.warn(
+                f"entropy_control={control!r} with {', '.join(schedule_fields_set)}: {why}, so the schedule does not "
+                "steer it. When a schedule is built, its target is logged as entropy_control/target for reference "
+                "only (no tracking error). Controls that follow a target: "
+                f"{list(TARGET_FOLLOWING_CONTROLS)}.",
+                UserWarning,
+                stacklevel=3,
+            )
+            if isinstance(self.entropy_schedule, str) and self.entropy_schedule_start is None:
+                raise ValueError(
+                    f"entropy_schedule={self.entropy_schedule!r} needs entropy_schedule_start (a target entropy in "
+                    "nats, >= 0)."
                 )
         for name in ("entropy_schedule_start", "entropy_schedule_end"):
             value = getattr(self, name)
@@ -434,6 +498,7 @@ class GRPOEntropyConfig(GRPOConfig):
         ratio = self.entropy_schedule_anneal_ratio
         if not _is_number(ratio) or not (0.0 < ratio <= 1.0):
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {ratio!r}.")
+        self._validate_schedule_shape(schedule_defaulted)
 
         # adaptive clip
         if not _is_number(self.adaptive_clip_delta) or self.adaptive_clip_delta <= 0:
@@ -552,6 +617,33 @@ class GRPOEntropyConfig(GRPOConfig):
                 f"use_adaptive_entropy=True (TRL's adaptive entropy coefficient) together with "
                 f"entropy_control={self.entropy_control!r} runs two controllers on the same entropy. Set "
                 "allow_trl_adaptive_entropy=True to do it anyway, or use one of them."
+            )
+
+    def _validate_schedule_shape(self, schedule_defaulted: bool) -> None:
+        """A named schedule's start/end must describe the curve its name promises."""
+        name, start, end = self.entropy_schedule, self.entropy_schedule_start, self.entropy_schedule_end
+        if not isinstance(name, str):
+            return
+        if name in ("linear", "cosine", "wsd") and end is None:
+            raise ValueError(
+                f"entropy_schedule={name!r} needs entropy_schedule_end (the target of the last step); without it the "
+                "target would stay at entropy_schedule_start all along. Set entropy_schedule_end (>= 0), or use "
+                "entropy_schedule='constant'."
+            )
+        if name == "wsd" and start is not None and end > start:
+            raise ValueError(
+                f"entropy_schedule='wsd' (warmup-stable-anneal) anneals the target down, but entropy_schedule_end "
+                f"({end}) > entropy_schedule_start ({start}): the 'anneal' would raise it. Swap the two values, or "
+                "use entropy_schedule='linear' or 'cosine' for a rising target."
+            )
+        if name == "constant" and end is not None and start is not None and end != start:
+            default = " (the default when entropy_schedule is unset)" if schedule_defaulted else ""
+            warnings.warn(
+                f"entropy_schedule_end ({end}) is ignored: entropy_schedule is 'constant'{default}, so the target "
+                f"stays at entropy_schedule_start ({start}). Set entropy_schedule to 'linear', 'cosine' or 'wsd' to "
+                "move it to entropy_schedule_end.",
+                UserWarning,
+                stacklevel=4,
             )
 
     def _validate_choice(self, name: str, choices: tuple) -> None:

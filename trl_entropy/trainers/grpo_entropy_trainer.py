@@ -669,8 +669,9 @@ class GRPOEntropyTrainer(GRPOTrainer):
             metrics[METRIC_PREFIX + control.knob_name].append(control.knob)  # the value used during this step
         if target is not None:
             metrics[METRIC_PREFIX + "target"].append(target)
-            metrics[METRIC_PREFIX + "tracking_error"].append(measured - target)
-            metrics[METRIC_PREFIX + "relative_tracking_error"].append(abs(measured - target) / max(target, 1e-8))
+            if control.follows_target:  # a control that ignores the target has no tracking error, only a reference
+                metrics[METRIC_PREFIX + "tracking_error"].append(measured - target)
+                metrics[METRIC_PREFIX + "relative_tracking_error"].append(abs(measured - target) / max(target, 1e-8))
         control.observe(measured, target)
         for key, value in control.metrics().items():
             metrics[METRIC_PREFIX + key].append(value)
