@@ -188,3 +188,46 @@ def test_a_control_that_ignores_the_target_logs_it_for_reference_without_a_track
 def test_entropy_plots_no_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match=r"entropy_plots must be True or False, got 'no'"):
         tiny_args(tmp_path, entropy_plots="no")
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+@pytest.mark.parametrize(
+    "rows, overrides, message",
+    [
+        (0, {}, r"train_dataset is empty, but one generation batch needs 2 distinct prompts: "
+                r"generation_batch_size / num_generations = 8 / 4"),
+        (1, {}, r"train_dataset has 1 row\(s\), but one generation batch needs 2 distinct prompts"),
+        (7, dict(steps_per_generation=4), r"has 7 row\(s\), but one generation batch needs 8 distinct prompts: "
+                                          r"generation_batch_size / num_generations = 32 / 4, with "
+                                          r"generation_batch_size = per_device_train_batch_size \(8\) x processes "
+                                          r"\(1\) x steps_per_generation \(4\)"),
+    ],
+)
+def test_a_dataset_smaller_than_one_generation_batch_is_refused_before_training(tmp_path, rows, overrides, message):
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(rows)]})
+    with pytest.raises(ValueError, match=message):
+        make(tiny_args(tmp_path, **overrides), dataset=dataset)
+
+
+def test_the_smallest_dataset_that_fills_a_generation_batch_trains(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=2, steps_per_generation=2), dataset=tiny_dataset(4))
+    trainer.train()
+    assert trainer.state.global_step == 2  # 4 rows = 16 / 4 prompts: exactly enough
+
+
+def test_a_dataset_without_a_prompt_column_names_its_columns(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    dataset = Dataset.from_dict({"question": ["1+1=", "2+2="] * 4, "answer": ["2", "4"] * 4})
+    with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column; its columns are "
+                                         r"\['question', 'answer'\]"):
+        make(tiny_args(tmp_path), dataset=dataset)
+    with pytest.raises(ValueError, match=r"train_dataset is a DatasetDict with splits \['train'\]; pass one split"):
+        make(tiny_args(tmp_path), dataset=DatasetDict(train=tiny_dataset()))
+
+
+def test_an_iterable_dataset_is_not_size_checked(tmp_path):
+    trainer = make(tiny_args(tmp_path), dataset=tiny_dataset(1).to_iterable_dataset())  # its length is unknown
+    assert trainer.train_dataset is not None

@@ -173,6 +173,60 @@ def _first_failing_index(reward_func, prompts, completions, kwargs) -> int | Non
     return None
 
 
+def _column_names(dataset) -> list[str] | None:
+    """The columns of a map-style or iterable dataset, when they can be known without iterating it."""
+    names = getattr(dataset, "column_names", None)
+    if isinstance(names, (list, tuple)):
+        return list(names)
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
+        return None
+    try:
+        first = dataset[0]
+    except Exception:  # an exotic dataset: leave the check to TRL
+        return None
+    return list(first) if isinstance(first, dict) else None
+
+
+def check_train_dataset(dataset, args) -> None:
+    """Raise a ``ValueError`` for a training set GRPO cannot train on, before anything is loaded or generated.
+
+    * A dataset dict (e.g. ``DatasetDict``) instead of one split.
+    * A map-style dataset with fewer rows than one generation batch has distinct prompts,
+      ``generation_batch_size / num_generations``: TRL's ``RepeatSampler`` drops an incomplete batch of prompts, so
+      such a dataset gives no batch at all and ``train()`` returns after 0 steps. (Iterable datasets are not checked.)
+    * No ``prompt`` column (where the columns are known without iterating): the error lists the columns.
+    """
+    if dataset is None:
+        return
+    if isinstance(dataset, dict):
+        raise ValueError(
+            f"train_dataset is a {type(dataset).__name__} with splits {list(dataset)}; pass one split, e.g. "
+            f"train_dataset=dataset[{next(iter(dataset), 'train')!r}]."
+        )
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__")
+    if not iterable:
+        rows = len(dataset)
+        needed = args.generation_batch_size // args.num_generations
+        if rows < needed:
+            processes = args.generation_batch_size // (args.per_device_train_batch_size * args.steps_per_generation)
+            have = "is empty" if rows == 0 else f"has {rows} row(s)"
+            raise ValueError(
+                f"train_dataset {have}, but one generation batch needs {needed} distinct prompts: "
+                f"generation_batch_size / num_generations = {args.generation_batch_size} / {args.num_generations}, "
+                f"with generation_batch_size = per_device_train_batch_size ({args.per_device_train_batch_size}) x "
+                f"processes ({processes}) x steps_per_generation ({args.steps_per_generation}). TRL drops an "
+                "incomplete batch of prompts, so training would stop after 0 steps. Add prompts, or lower "
+                "per_device_train_batch_size or steps_per_generation (or raise num_generations)."
+            )
+    columns = _column_names(dataset)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"train_dataset has no 'prompt' column; its columns are {columns}. GRPO generates completions for the "
+            "'prompt' column (a string, or a list of chat messages); rename the column that holds the prompts, e.g. "
+            "dataset.rename_column('question', 'prompt'). Other columns are passed to the reward functions."
+        )
+
+
 class _DropTrlAllNoneWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "All reward functions returned None" not in str(record.msg)
@@ -213,6 +267,12 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 f"args must be a GRPOEntropyConfig, got {type(args).__name__}. Build it with the same fields: "
                 "GRPOEntropyConfig(**your_grpo_config.to_dict()) works for a plain GRPOConfig."
             )
+        try:
+            bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pargs, **kwargs)
+        except TypeError:
+            bound = None  # GRPOTrainer raises its own error for the arguments
+        if bound is not None:
+            check_train_dataset(bound.arguments.get("train_dataset"), args)  # before the model is loaded
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self._ec_nonfinite_rewards = 0
         self._ec_nonfinite_advantages = 0
