@@ -180,7 +180,8 @@ def test_a_control_that_ignores_the_target_logs_it_for_reference_without_a_track
                          entropy_schedule="linear", entropy_schedule_start=2.0, entropy_schedule_end=1.0)
     trainer = make(args)
     trainer.train()
-    assert len(history(trainer, "entropy_control/target")) == len(history(trainer, "entropy_control/measured")) == 2
+    assert history(trainer, "entropy_control/target") == pytest.approx([2.0, 1.0])
+    assert len(history(trainer, "entropy_control/measured")) == 2
     assert not history(trainer, "entropy_control/tracking_error")
     assert not history(trainer, "entropy_control/relative_tracking_error")
 
@@ -231,3 +232,16 @@ def test_a_dataset_without_a_prompt_column_names_its_columns(tmp_path):
 def test_an_iterable_dataset_is_not_size_checked(tmp_path):
     trainer = make(tiny_args(tmp_path), dataset=tiny_dataset(1).to_iterable_dataset())  # its length is unknown
     assert trainer.train_dataset is not None
+
+
+# ---------------------------------------------------------------------------------------------- schedule end
+def test_a_short_wsd_run_trains_its_last_step_at_the_end_target_and_the_card_says_so(tmp_path):
+    args = tiny_args(tmp_path, max_steps=4, entropy_control="adaptive_clip", steps_per_generation=2,
+                     entropy_schedule="wsd", entropy_schedule_start=2.0, entropy_schedule_end=1.0,
+                     entropy_schedule_anneal_ratio=0.5)
+    trainer = make(args)
+    trainer.train()
+    assert history(trainer, "entropy_control/target") == pytest.approx([2.0, 2.0, 2.0, 1.0])
+    assert trainer.entropy_phase == "anneal" and trainer.entropy_target == pytest.approx(1.0)
+    trainer.save_model()
+    assert "against a target of **1.0000**" in (tmp_path / "README.md").read_text()

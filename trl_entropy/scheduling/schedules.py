@@ -1,16 +1,20 @@
 """Target-entropy schedules: small objects mapping ``(step, total_steps)`` to a target entropy in nats.
 
 ``step`` is the number of optimizer steps already taken (``TrainerState.global_step`` at the start of a step), so
-the first step sees ``step=0``. Every shape holds ``start`` for the first ``warmup_steps`` steps, then:
+the first optimizer step sees ``step=0`` and the last one ``step=total_steps - 1``. Progress is measured against that
+last step, so the last optimizer step trains with ``end`` exactly. Every shape holds ``start`` for the first
+``warmup_steps`` steps, then:
 
 * ``constant``: ``start`` throughout.
-* ``linear``:   ``start + (end - start) * p``, with ``p = (step - warmup) / (total - warmup)`` clipped to [0, 1].
+* ``linear``:   ``start + (end - start) * p``, with ``p = (step - warmup) / (total - 1 - warmup)`` clipped to [0, 1].
 * ``cosine``:   ``end + (start - end) * (1 + cos(pi * p)) / 2``.
 * ``wsd``:      warmup-stable-anneal (Wang et al., "stable then anneal"): hold ``start`` until the last
-  ``anneal_ratio`` of training, then decay linearly to ``end``:
-  ``p = (step - anneal_start) / (total - anneal_start)``, ``anneal_start = total - round(anneal_ratio * total)``.
+  ``anneal_ratio`` of training (at least one step), then decay linearly to ``end``:
+  ``p = (step - anneal_start) / (total - 1 - anneal_start)``,
+  ``anneal_start = max(warmup, total - max(1, round(anneal_ratio * total)))``.
 
-At ``step == total_steps`` every decaying shape reaches ``end`` exactly.
+The first step of a shape (``step == warmup`` or ``anneal_start``) still sees ``start``; when the shape spans a single
+step (``total - 1 == warmup`` or ``anneal_start``) that step sees ``end``.
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ CALLABLE_SCHEDULE_PREFIX = "callable:"
 
 
 def _progress(step: int, begin: int, total: int) -> float:
-    """Fraction of the way from ``begin`` to ``total``, clipped to [0, 1]."""
-    span = total - begin
+    """Fraction of the way from step ``begin`` to the last optimizer step, ``total - 1``, clipped to [0, 1]."""
+    span = (total - 1) - begin
     if span <= 0:
         return 1.0 if step >= begin else 0.0
     return min(1.0, max(0.0, (step - begin) / span))
@@ -115,7 +119,8 @@ class WSDSchedule(EntropySchedule):
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {self.anneal_ratio}.")
 
     def anneal_start(self, total_steps: int) -> int:
-        return max(self.warmup_steps, total_steps - int(round(self.anneal_ratio * total_steps)))
+        anneal_steps = max(1, int(round(self.anneal_ratio * total_steps)))  # at least the last step anneals
+        return max(self.warmup_steps, total_steps - anneal_steps)
 
     def shape(self, step, total_steps):
         p = _progress(step, self.anneal_start(total_steps), total_steps)
