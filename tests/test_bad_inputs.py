@@ -245,3 +245,32 @@ def test_a_short_wsd_run_trains_its_last_step_at_the_end_target_and_the_card_say
     assert trainer.entropy_phase == "anneal" and trainer.entropy_target == pytest.approx(1.0)
     trainer.save_model()
     assert "against a target of **1.0000**" in (tmp_path / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_card_and_pictures_report_the_entropy_the_control_acts_on_not_trls_kept_only_entropy(tmp_path, monkeypatch):
+    """Entrocraft with rejections: TRL's `entropy` covers kept rollouts only, `entropy_control/measured` all of them;
+    the card and entropy_curves.png must show the latter."""
+    import matplotlib.axes
+
+    plotted = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(ax, x, y, *args, **kwargs):
+        plotted.append((kwargs.get("label"), list(y)))
+        return real_plot(ax, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    args = tiny_args(tmp_path, max_steps=3, entropy_control="entrocraft", entrocraft_mode="hard",
+                     entropy_schedule_start=0.5, steps_per_generation=2)  # far below the entropy: rejects negatives
+    trainer = make(args)
+    trainer.train()
+    measured, trl_entropy = history(trainer, "entropy_control/measured"), history(trainer, "entropy")
+    assert len(measured) == len(trl_entropy) == 3
+    assert any(abs(a - b) > 1e-4 for a, b in zip(measured, trl_entropy))  # the two metrics do disagree here
+    plotted.clear()
+    trainer.save_model()
+    card = (tmp_path / "README.md").read_text()
+    assert f"measured entropy was **{measured[-1]:.4f}** nats" in card
+    curve = next(y for label, y in plotted if label == "measured entropy")
+    assert curve == pytest.approx(measured)

@@ -162,7 +162,10 @@ class GRPOEntropyConfig(GRPOConfig):
             released script).
         entrocraft_normalizer (`str`, *optional*, defaults to `"kept"`):
             `"kept"`: rejected rollouts leave the loss normaliser (the paper's 1/|S_x|). `"all"`: as the released
-            code, rejected rollouts only get a zero advantage and still count in the normaliser.
+            code, rejected rollouts only get a zero advantage and still count in the normaliser. With `"kept"` they
+            also leave TRL's own `entropy` metric, which then covers kept rollouts only, while
+            `entropy_control/measured` (the entropy the control acts on, and the one the model card and pictures
+            report) covers every rollout; the two curves differ whenever rollouts are rejected.
         entrocraft_entropy_source (`str`, *optional*, defaults to `"auto"`):
             Where the pre-update entropy H of the rollout batch comes from. `"scoring_pass"`: the old-log-prob
             forward TRL already runs when updates are off-policy (no extra pass; an error when TRL runs none).

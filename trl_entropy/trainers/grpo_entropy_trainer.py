@@ -249,8 +249,22 @@ class GRPOEntropyTrainer(GRPOTrainer):
 
     With `args.entropy_control="none"` it trains exactly as `GRPOTrainer` (same losses and weights for the same
     seed); it only adds the `entropy_control/measured` metric. With a control, it also logs, each optimizer step,
-    `entropy_control/target`, `entropy_control/measured`, the control's knob (e.g. `entropy_control/epsilon_high`),
-    `entropy_control/tracking_error` (measured − target) and `entropy_control/relative_tracking_error`.
+    `entropy_control/target`, `entropy_control/measured` and the control's knob (e.g. `entropy_control/epsilon_high`);
+    for a control that follows the target, also `entropy_control/tracking_error` (measured − target) and
+    `entropy_control/relative_tracking_error` (a control that ignores the target, e.g. `clip_cov`, logs the target
+    for reference only).
+
+    Two entropy metrics, which can disagree:
+
+    * `entropy_control/measured`: the mean per-token entropy (nats) of the policy in the loss forward, over every
+      completion token of the optimizer step (all micro-batches, all processes, Σ H·mask / Σ mask) and every rollout,
+      including rollouts a rollout control rejected (Entrocraft). This is the entropy the controls observe
+      (Entrocraft's pre-update rollout entropy also covers every rollout), and the one the model card, the pictures
+      and `EntropyPerformanceFitCallback` report.
+    * `entropy` (TRL's own): the same per-token entropy, but over TRL's loss mask and averaged per micro-batch. With
+      `entropy_control="entrocraft"` and `entrocraft_normalizer="kept"` rejected rollouts leave that mask, so it
+      covers the kept rollouts only; with several micro-batches per optimizer step it is a mean of micro-batch
+      means. It equals `entropy_control/measured` when nothing is rejected and a step is one micro-batch.
     """
 
     _tag_names = ["trl", "grpo", "trl-entropy"]
