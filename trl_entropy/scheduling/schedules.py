@@ -156,7 +156,10 @@ SCHEDULES = {"constant": ConstantSchedule, "linear": LinearSchedule, "cosine": C
 
 
 def _short_repr(value, limit: int = 40) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not break a model card
+        text = f"<{type(value).__qualname__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -181,10 +184,7 @@ def schedule_label(fn) -> str:
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
         return name.replace("<locals>.", "")
     if type(fn).__repr__ is not object.__repr__:
-        try:
-            return _short_repr(fn, limit=80)
-        except Exception:  # a broken __repr__ must not break a model card
-            pass
+        return _short_repr(fn, limit=80)
     return f"{type(fn).__qualname__} instance"
 
 

@@ -102,9 +102,10 @@ class GRPOEntropyConfig(GRPOConfig):
             (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
             unset when `entropy_control="none"`. Controls that do not follow a target (`clip_cov`, `kl_cov`,
             `w_reinforce`, `positive_reweight` with a fixed progression) accept a schedule with a warning: its target
-            is logged as `entropy_control/target` for reference only, without a tracking error. A callable `fn(step, total_steps) -> float` is accepted in Python
-            (a lambda, a function, a `functools.partial`, a schedule object). The trainer uses the callable itself,
-            but it is not stored: checkpoints (`training_args.bin`), `to_dict()` and `to_json_string()` hold the
+            is logged as `entropy_control/target` for reference only, without a tracking error. In Python a
+            callable `fn(step, total_steps) -> float` is accepted too (a lambda, a function, a `functools.partial`,
+            a schedule object); `step` runs from 0 to `total_steps - 1`. The trainer uses the callable itself, but
+            it is not stored: checkpoints (`training_args.bin`), `to_dict()` and `to_json_string()` hold the
             placeholder `"callable:<name>"` instead (e.g. `"callable:lambda (train.py:12)"`), so saving works for
             any callable; to resume from a checkpoint, build the config with the same callable again.
         entropy_schedule_start (`float`, *optional*):
@@ -143,7 +144,7 @@ class GRPOEntropyConfig(GRPOConfig):
             training. Needs matplotlib; skipped with a warning without it.
         max_unscorable_batches (`int` or `None`, *optional*, defaults to `3`):
             A generation batch in which no completion got a reward (every reward function returned None or NaN for
-            every completion) trains at zero advantage: loss 0, no policy gradient. Each one warns; this many in a
+            every completion) trains at zero advantage: no policy gradient. Each one warns; this many in a
             row stop training with an error naming the reward functions. Counted in generation batches: one per
             optimizer step with TRL's defaults, one per `steps_per_generation * num_iterations` micro-batches in
             general. `None` never stops (it still warns). Applies to every `entropy_control`, `"none"` included.
@@ -255,7 +256,8 @@ class GRPOEntropyConfig(GRPOConfig):
     )
     entropy_schedule_end: float | None = field(
         default=None,
-        metadata={"help": "Target entropy at the end of training; >= 0. None means the same as the start."},
+        metadata={"help": "Target entropy on the last optimizer step; >= 0. Required by 'linear', 'cosine' and "
+                  "'wsd' (for 'wsd' <= entropy_schedule_start); 'constant' ignores it."},
     )
     entropy_schedule_warmup_steps: int = field(
         default=0,
@@ -301,7 +303,7 @@ class GRPOEntropyConfig(GRPOConfig):
         default=3,
         metadata={
             "help": "Stop with an error after this many generation batches in a row in which no completion got a "
-            "reward (all None/NaN: loss 0, no gradient); each one warns. >= 1, or None to only warn."
+            "reward (all None/NaN: zero advantages, no policy gradient); each one warns. >= 1, or None to only warn."
         },
     )
 

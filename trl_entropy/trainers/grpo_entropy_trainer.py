@@ -433,7 +433,8 @@ class GRPOEntropyTrainer(GRPOTrainer):
             return
         self._ec_nonfinite_rewards += len(nan) + len(inf)
         what = " and ".join(
-            f"{kind} for {len(idx)} completion(s) (first at index {idx[0]})" for kind, idx in (("NaN", nan), ("inf", inf))
+            f"{kind} for {len(idx)} completion(s) (first at index {idx[0]})"
+            for kind, idx in (("NaN", nan), ("inf", inf))
             if idx
         )
         warnings.warn(
@@ -488,14 +489,14 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if limit is not None and streak >= limit:
             raise RuntimeError(
                 f"Step {step}: no completion of the last {streak} generation batches got a reward ({why}), so "
-                f"training only ran at zero advantage (loss 0, no policy gradient). Stopping: "
+                f"every advantage was 0 and training on them gave no policy gradient. Stopping: "
                 f"max_unscorable_batches={limit}. Check the reward functions (a reward of None or NaN means 'cannot "
                 "score'), or raise max_unscorable_batches (None never stops)."
             )
         stop = "" if limit is None else f"; the run stops at max_unscorable_batches={limit} in a row"
         warnings.warn(
             f"Step {step}: no completion of this generation batch got a reward ({why}): every advantage is 0, so "
-            f"training on it has loss 0 and no policy gradient. {streak} such batch(es) in a row{stop}. Counted in "
+            f"training on it gives no policy gradient. {streak} such batch(es) in a row{stop}. Counted in "
             "entropy_control/unscorable_batches.",
             RuntimeWarning,
             stacklevel=2,
