@@ -80,6 +80,24 @@ def test_target_control_defaults_to_constant_schedule():
          "entropic_high_prob_threshold"),
         (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_kp=-1.0), "entropic_kp"),
         (dict(entropy_control="entropic", entropy_schedule_start=0.5, entropic_ki=float("inf")), "entropic_ki"),
+        (dict(max_unscorable_batches=0), "max_unscorable_batches"),
+        # issue 12: configs that used to run silently
+        (dict(AC, entropy_schedule="linear"), "entropy_schedule_end"),
+        (dict(AC, entropy_schedule="cosine"), "entropy_schedule_end"),
+        (dict(AC, entropy_schedule="wsd"), "entropy_schedule_end"),
+        (dict(entropy_schedule_end=0.2), "entropy_control='none'"),
+        (dict(entropy_schedule_warmup_steps=5), "entropy_schedule_warmup_steps is set but entropy_control='none'"),
+        (dict(entropy_schedule_anneal_ratio=0.3), "entropy_control='none'"),
+        (dict(entropy_control="clip_cov", entropy_schedule="linear", entropy_schedule_end=0.2, **OFF),
+         "entropy_schedule_start"),
+        (dict(entropy_plots="no"), "entropy_plots"),
+        (dict(entropy_plots=0), "entropy_plots"),
+        (dict(entropy_plots=None), "entropy_plots"),
+        (dict(AC, allow_trl_adaptive_entropy="yes"), "allow_trl_adaptive_entropy"),
+        (dict(log_completions="no"), "log_completions"),  # inherited bool fields reject strings too
+        (dict(bf16="false"), "bf16"),
+        (dict(max_unscorable_batches=2.5), "max_unscorable_batches"),
+        (dict(max_unscorable_batches=True), "max_unscorable_batches"),
     ],
 )
 def test_invalid_configs_name_the_field(kw, field):
@@ -125,3 +143,48 @@ def test_off_policy_adaptive_clip_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         cfg(**AC)
+
+
+def test_wsd_that_would_rise_names_both_fields():
+    with pytest.raises(ValueError) as err:
+        cfg(**AC, entropy_schedule="wsd", entropy_schedule_end=0.8)
+    assert "entropy_schedule_end (0.8) > entropy_schedule_start (0.5)" in str(err.value)
+    cfg(**AC, entropy_schedule="linear", entropy_schedule_end=0.8)  # a rising linear target is allowed
+
+
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        (dict(entropy_control="clip_cov", entropy_schedule_start=0.5, **OFF), "does not follow a target"),
+        (dict(entropy_control="kl_cov", entropy_schedule="linear", entropy_schedule_start=0.5,
+              entropy_schedule_end=0.2, **OFF), "does not follow a target"),
+        (dict(entropy_control="w_reinforce", entropy_schedule_start=0.5), "does not follow a target"),
+        (dict(entropy_control="positive_reweight", positive_reweight_schedule="stage", entropy_schedule_start=0.5),
+         "positive_reweight_schedule='stage' is a fixed progression"),
+    ],
+)
+def test_a_schedule_on_a_control_that_does_not_follow_it_warns(kw, reason):
+    with pytest.warns(UserWarning, match=reason) as record:
+        c = cfg(**kw)
+    assert any("for reference only (no tracking error)" in str(w.message) for w in record)
+    assert c.entropy_schedule is not None  # built, so the target is still logged for reference
+
+
+def test_constant_schedule_warns_that_it_ignores_the_end():
+    with pytest.warns(UserWarning, match=r"entropy_schedule_end \(0.2\) is ignored: entropy_schedule is 'constant' "
+                                         r"\(the default when entropy_schedule is unset\)"):
+        cfg(**AC, entropy_schedule_end=0.2)
+
+
+def test_bool_fields_accept_booleans():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        c = cfg(entropy_plots=False, allow_trl_adaptive_entropy=True, log_completions=True, bf16=None)
+    assert c.entropy_plots is False
+
+
+def test_bool_check_reads_annotations_not_fields_rewritten_by_the_argument_parser():
+    from transformers import HfArgumentParser
+
+    HfArgumentParser(GRPOEntropyConfig)  # rewrites Field.type in place (e.g. `str | bool` becomes `bool`)
+    assert cfg().include_num_input_tokens_seen == "no"  # a `str | bool` field keeps accepting its string default

@@ -19,39 +19,60 @@ def test_constant():
 
 
 def test_linear_known_values():
+    # 101 steps: step 0 is the first, step 100 the last, so p = step / 100
     s = LinearSchedule(start=0.6, end=0.2)
-    assert s(0, 100) == pytest.approx(0.6)
-    assert s(25, 100) == pytest.approx(0.5)
-    assert s(50, 100) == pytest.approx(0.4)
-    assert s(100, 100) == pytest.approx(0.2)
-    assert s(150, 100) == pytest.approx(0.2)  # clipped after the end
+    assert s(0, 101) == pytest.approx(0.6)
+    assert s(25, 101) == pytest.approx(0.5)
+    assert s(50, 101) == pytest.approx(0.4)
+    assert s(100, 101) == pytest.approx(0.2)
+    assert s(150, 101) == pytest.approx(0.2)  # clipped after the end
 
 
 def test_linear_with_warmup():
     s = LinearSchedule(start=1.0, end=0.0, warmup_steps=20)
-    assert s(0, 120) == 1.0 and s(19, 120) == 1.0
-    assert s(20, 120) == pytest.approx(1.0)
-    assert s(70, 120) == pytest.approx(0.5)
-    assert s(120, 120) == pytest.approx(0.0)
-    assert s.phase(5, 120) == "warmup" and s.phase(50, 120) == "anneal"
+    assert s(0, 121) == 1.0 and s(19, 121) == 1.0
+    assert s(20, 121) == pytest.approx(1.0)
+    assert s(70, 121) == pytest.approx(0.5)
+    assert s(120, 121) == pytest.approx(0.0)
+    assert s.phase(5, 121) == "warmup" and s.phase(50, 121) == "anneal"
 
 
 def test_cosine_known_values():
     s = CosineSchedule(start=0.6, end=0.2)
-    assert s(0, 100) == pytest.approx(0.6)
-    assert s(50, 100) == pytest.approx(0.4)
-    assert s(25, 100) == pytest.approx(0.2 + 0.4 * 0.5 * (1 + math.cos(math.pi / 4)))
-    assert s(100, 100) == pytest.approx(0.2)
+    assert s(0, 101) == pytest.approx(0.6)
+    assert s(50, 101) == pytest.approx(0.4)
+    assert s(25, 101) == pytest.approx(0.2 + 0.4 * 0.5 * (1 + math.cos(math.pi / 4)))
+    assert s(100, 101) == pytest.approx(0.2)
 
 
 def test_wsd_known_values():
     s = WSDSchedule(start=0.5, end=0.1, anneal_ratio=0.2, warmup_steps=10)
-    # anneal starts at 100 - 20 = 80
+    # anneal starts at 100 - 20 = 80 and ends on the last step, 99: p = (step - 80) / 19
     assert s.anneal_start(100) == 80
     assert s(0, 100) == 0.5 and s(50, 100) == 0.5 and s(80, 100) == pytest.approx(0.5)
-    assert s(90, 100) == pytest.approx(0.3)
-    assert s(100, 100) == pytest.approx(0.1)
+    assert s(89, 100) == pytest.approx(0.5 - 0.4 * 9 / 19)
+    assert s(99, 100) == pytest.approx(0.1)
     assert [s.phase(t, 100) for t in (5, 50, 85)] == ["warmup", "stable", "anneal"]
+
+
+@pytest.mark.parametrize("total", [1, 2, 3, 7, 10, 100])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        LinearSchedule(start=0.6, end=0.2),
+        CosineSchedule(start=0.6, end=0.2),
+        WSDSchedule(start=0.6, end=0.2, anneal_ratio=0.1),
+        WSDSchedule(start=0.6, end=0.2, anneal_ratio=0.01),  # round(0.01 * total) = 0: still one annealing step
+        LinearSchedule(start=0.6, end=0.2, warmup_steps=1),
+    ],
+)
+def test_the_last_optimizer_step_sees_the_end(schedule, total):
+    """The trainer evaluates the schedule at global_step = 0 .. total - 1: the last step must train with `end`."""
+    if schedule.warmup_steps >= total:
+        return
+    assert schedule(total - 1, total) == pytest.approx(0.2)
+    assert all(schedule(t, total) >= schedule(t + 1, total) - 1e-12 for t in range(total - 1))  # never rises
+    assert schedule.phase(total - 1, total) == "anneal"
 
 
 def test_end_none_means_start():
@@ -88,3 +109,31 @@ def test_make_schedule_errors(kwargs, match):
 def test_total_steps_must_be_positive():
     with pytest.raises(ValueError, match="total_steps"):
         LinearSchedule(start=0.1)(0, 0)
+
+
+def _decay(step, total, end=0.1):
+    return max(end, 1.0 - step / total)
+
+
+class _Stepper:
+    def __call__(self, step, total):
+        return 0.5
+
+    def value(self, step, total):
+        return 0.5
+
+
+def test_schedule_label_is_readable_for_every_kind_of_callable():
+    import functools
+
+    from trl_entropy.scheduling import schedule_label
+
+    assert schedule_label(_decay) == "_decay"
+    assert schedule_label(lambda s, t: 1.0).startswith("lambda (test_schedules.py:")
+    assert schedule_label(functools.partial(_decay, end=0.2)) == "functools.partial(_decay, end=0.2)"
+    assert schedule_label(_Stepper()) == "_Stepper instance"
+    assert schedule_label(_Stepper().value) == "_Stepper.value"
+    assert schedule_label(LinearSchedule(start=0.6, end=0.2)) == "LinearSchedule(start=0.6, end=0.2, warmup_steps=0)"
+    assert schedule_label(make_schedule(_decay)) == "_decay"  # the wrapper is transparent
+    for fn in (_decay, functools.partial(_decay, end=0.2), _Stepper()):
+        assert "0x" not in schedule_label(fn)

@@ -92,7 +92,8 @@ def test_adaptive_clip_changes_the_update_off_policy(tmp_path):
 def test_schedule_target_follows_linear_schedule(tmp_path):
     trainer = train(adaptive_args(tmp_path, start=1.0, entropy_schedule="linear", entropy_schedule_end=0.5,
                                   max_steps=5))
-    assert history(trainer, "entropy_control/target") == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6])
+    # the last of the 5 optimizer steps (global_step 4 at its start) trains with the end value
+    assert history(trainer, "entropy_control/target") == pytest.approx([1.0, 0.875, 0.75, 0.625, 0.5])
 
 
 def test_metrics_are_logged_each_step(tmp_path):
@@ -147,8 +148,8 @@ def test_schedule_callback_drives_plain_trl_adaptive_entropy(tmp_path):
                           train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     trainer.add_callback(EntropyScheduleCallback("linear", trainer=trainer, start=2.0, end=1.0))
     trainer.train()
-    assert trainer.args.entropy_target == pytest.approx(1.25)  # set at the start of the 4th step (step index 3)
-    assert history(trainer, "entropy_control/target")[-1] == pytest.approx(1.25)
+    assert trainer.args.entropy_target == pytest.approx(1.0)  # set at the start of the last step (step index 3)
+    assert history(trainer, "entropy_control/target")[-1] == pytest.approx(1.0)
 
 
 def test_step_with_no_tokens_is_skipped_with_a_warning(tmp_path):

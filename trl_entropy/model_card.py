@@ -101,6 +101,10 @@ SCHEDULE_FORMULAS = {
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
+    if callable(v):  # a callable entropy_schedule: its name, not "<function <lambda> at 0x...>"
+        from .scheduling.schedules import schedule_label
+
+        return schedule_label(v)
     return str(v)
 
 
@@ -115,7 +119,7 @@ def _schedule_text(args) -> str:
     if name is None:
         return "No target: this control does not follow an entropy schedule."
     if callable(name):
-        return "A user-supplied callable `fn(step, total_steps)` gave the target."
+        return f"A user-supplied callable, `{_fmt(name)}`, gave the target as `fn(step, total_steps)`."
     start = args.entropy_schedule_start
     end = args.entropy_schedule_end if args.entropy_schedule_end is not None else start
     formula = SCHEDULE_FORMULAS[name].format(start=_fmt(start), end=_fmt(end), ratio=_fmt(args.entropy_schedule_anneal_ratio))

@@ -9,6 +9,7 @@ from .schedules import (
     LinearSchedule,
     WSDSchedule,
     make_schedule,
+    schedule_label,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "LinearSchedule",
     "WSDSchedule",
     "make_schedule",
+    "schedule_label",
 ]

@@ -1,21 +1,28 @@
 """Target-entropy schedules: small objects mapping ``(step, total_steps)`` to a target entropy in nats.
 
 ``step`` is the number of optimizer steps already taken (``TrainerState.global_step`` at the start of a step), so
-the first step sees ``step=0``. Every shape holds ``start`` for the first ``warmup_steps`` steps, then:
+the first optimizer step sees ``step=0`` and the last one ``step=total_steps - 1``. Progress is measured against that
+last step, so the last optimizer step trains with ``end`` exactly. Every shape holds ``start`` for the first
+``warmup_steps`` steps, then:
 
 * ``constant``: ``start`` throughout.
-* ``linear``:   ``start + (end - start) * p``, with ``p = (step - warmup) / (total - warmup)`` clipped to [0, 1].
+* ``linear``:   ``start + (end - start) * p``, with ``p = (step - warmup) / (total - 1 - warmup)`` clipped to [0, 1].
 * ``cosine``:   ``end + (start - end) * (1 + cos(pi * p)) / 2``.
 * ``wsd``:      warmup-stable-anneal (Wang et al., "stable then anneal"): hold ``start`` until the last
-  ``anneal_ratio`` of training, then decay linearly to ``end``:
-  ``p = (step - anneal_start) / (total - anneal_start)``, ``anneal_start = total - round(anneal_ratio * total)``.
+  ``anneal_ratio`` of training (at least one step), then decay linearly to ``end``:
+  ``p = (step - anneal_start) / (total - 1 - anneal_start)``,
+  ``anneal_start = max(warmup, total - max(1, round(anneal_ratio * total)))``.
 
-At ``step == total_steps`` every decaying shape reaches ``end`` exactly.
+The first step of a shape (``step == warmup`` or ``anneal_start``) still sees ``start``; when the shape spans a single
+step (``total - 1 == warmup`` or ``anneal_start``) that step sees ``end``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,13 +34,19 @@ __all__ = [
     "WSDSchedule",
     "CallableSchedule",
     "make_schedule",
+    "schedule_label",
     "SCHEDULES",
+    "CALLABLE_SCHEDULE_PREFIX",
 ]
+
+# How a callable `entropy_schedule` appears where the callable itself cannot be stored (`training_args.bin` in
+# checkpoints, `to_dict()`/`to_json_string()` for loggers): this prefix and `schedule_label(fn)`.
+CALLABLE_SCHEDULE_PREFIX = "callable:"
 
 
 def _progress(step: int, begin: int, total: int) -> float:
-    """Fraction of the way from ``begin`` to ``total``, clipped to [0, 1]."""
-    span = total - begin
+    """Fraction of the way from step ``begin`` to the last optimizer step, ``total - 1``, clipped to [0, 1]."""
+    span = (total - 1) - begin
     if span <= 0:
         return 1.0 if step >= begin else 0.0
     return min(1.0, max(0.0, (step - begin) / span))
@@ -106,7 +119,8 @@ class WSDSchedule(EntropySchedule):
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {self.anneal_ratio}.")
 
     def anneal_start(self, total_steps: int) -> int:
-        return max(self.warmup_steps, total_steps - int(round(self.anneal_ratio * total_steps)))
+        anneal_steps = max(1, int(round(self.anneal_ratio * total_steps)))  # at least the last step anneals
+        return max(self.warmup_steps, total_steps - anneal_steps)
 
     def shape(self, step, total_steps):
         p = _progress(step, self.anneal_start(total_steps), total_steps)
@@ -141,12 +155,50 @@ class CallableSchedule:
 SCHEDULES = {"constant": ConstantSchedule, "linear": LinearSchedule, "cosine": CosineSchedule, "wsd": WSDSchedule}
 
 
+def _short_repr(value, limit: int = 40) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not break a model card
+        text = f"<{type(value).__qualname__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def schedule_label(fn) -> str:
+    """A short, readable name for a schedule callable, for model cards and serialised configs.
+
+    A function gives its qualified name (``decay``, ``Sched.value``), a lambda ``lambda (file.py:LINE)``, a
+    ``functools.partial`` its function and bound arguments, an object with its own ``__repr__`` (e.g. a
+    :class:`LinearSchedule`) that repr, any other callable object ``<Class> instance``. Never raises.
+    """
+    if isinstance(fn, CallableSchedule):
+        return schedule_label(fn.fn)
+    if isinstance(fn, functools.partial):
+        parts = [schedule_label(fn.func)] + [_short_repr(a) for a in fn.args]
+        parts += [f"{k}={_short_repr(v)}" for k, v in fn.keywords.items()]
+        return f"functools.partial({', '.join(parts)})"
+    if inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn):
+        if getattr(fn, "__name__", None) == "<lambda>":
+            code = getattr(fn, "__code__", None)
+            where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code is not None else ""
+            return f"lambda{where}"
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+        return name.replace("<locals>.", "")
+    if type(fn).__repr__ is not object.__repr__:
+        return _short_repr(fn, limit=80)
+    return f"{type(fn).__qualname__} instance"
+
+
 def make_schedule(name, start=None, end=None, warmup_steps=0, anneal_ratio=0.1):
     """Build a schedule from its config name, or wrap a callable / pass an existing schedule through."""
     if isinstance(name, EntropySchedule) or isinstance(name, CallableSchedule):
         return name
     if callable(name):
         return CallableSchedule(name)
+    if isinstance(name, str) and name.startswith(CALLABLE_SCHEDULE_PREFIX):
+        raise ValueError(
+            f"entropy_schedule={name!r} is the placeholder a saved config keeps for a callable schedule (callables "
+            "are not stored in checkpoints or logged configs). Pass the same callable again as entropy_schedule."
+        )
     if name not in SCHEDULES:
         raise ValueError(f"entropy_schedule must be one of {sorted(SCHEDULES)} or a callable, got {name!r}.")
     if start is None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig
+
+from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 
 __all__ = [
     "GRPOEntropyConfig",
@@ -53,6 +57,26 @@ SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
+def _is_bool_annotation(annotation) -> bool:
+    """Whether a dataclass field is annotated `bool` or `bool | None` (annotations may be strings)."""
+    if annotation is bool:
+        return True
+    text = annotation if isinstance(annotation, str) else str(annotation)
+    return text.replace("typing.", "") in ("bool", "bool | None", "None | bool", "Optional[bool]")
+
+
+@functools.lru_cache(maxsize=None)
+def _bool_field_names(cls) -> tuple[str, ...]:
+    """The fields of dataclass `cls` annotated `bool` or `bool | None`, from the class annotations (HfArgumentParser
+    rewrites `Field.type` in place, e.g. `str | bool` to `bool`, so the fields themselves cannot be trusted)."""
+    names: dict[str, bool] = {}
+    for klass in reversed(cls.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            names[name] = _is_bool_annotation(annotation)
+    init_fields = {f.name for f in fields(cls) if f.init}
+    return tuple(n for n, is_bool in names.items() if is_bool and n in init_fields)
+
+
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -76,12 +100,21 @@ class GRPOEntropyConfig(GRPOConfig):
         entropy_schedule (`str`, *optional*):
             Shape of the target entropy curve: `"constant"`, `"linear"`, `"cosine"` or `"wsd"`
             (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
-            unset when `entropy_control="none"`. A callable `fn(step, total_steps) -> float` is accepted in Python.
+            unset when `entropy_control="none"`. Controls that do not follow a target (`clip_cov`, `kl_cov`,
+            `w_reinforce`, `positive_reweight` with a fixed progression) accept a schedule with a warning: its target
+            is logged as `entropy_control/target` for reference only, without a tracking error. In Python a
+            callable `fn(step, total_steps) -> float` is accepted too (a lambda, a function, a `functools.partial`,
+            a schedule object); `step` runs from 0 to `total_steps - 1`. The trainer uses the callable itself, but
+            it is not stored: checkpoints (`training_args.bin`), `to_dict()` and `to_json_string()` hold the
+            placeholder `"callable:<name>"` instead (e.g. `"callable:lambda (train.py:12)"`), so saving works for
+            any callable; to resume from a checkpoint, build the config with the same callable again.
         entropy_schedule_start (`float`, *optional*):
             Target entropy (nats, mean per completion token) at the start of training. Required by target-following
             controls.
         entropy_schedule_end (`float`, *optional*):
-            Target entropy at the end of training. `None` means equal to `entropy_schedule_start`.
+            Target entropy on the last optimizer step. Required by `"linear"`, `"cosine"` and `"wsd"`; for `"wsd"`
+            it must be <= `entropy_schedule_start` (the anneal goes down). `"constant"` ignores it (with a warning
+            when it differs from the start).
         entropy_schedule_warmup_steps (`int`, *optional*, defaults to `0`):
             Optimizer steps during which the target is held at `entropy_schedule_start` before the shape begins.
         entropy_schedule_anneal_ratio (`float`, *optional*, defaults to `0.1`):
@@ -114,6 +147,12 @@ class GRPOEntropyConfig(GRPOConfig):
             a model loaded from a local folder, whose own name is a path the Hub cannot link. Unset, the card takes
             the model's `_name_or_path` when it is a Hub id, or the repository of a Hugging Face cache snapshot
             folder, and otherwise names the local folder without a `base_model`.
+        max_unscorable_batches (`int` or `None`, *optional*, defaults to `3`):
+            A generation batch in which no completion got a reward (every reward function returned None or NaN for
+            every completion) trains at zero advantage: no policy gradient. Each one warns; this many in a
+            row stop training with an error naming the reward functions. Counted in generation batches: one per
+            optimizer step with TRL's defaults, one per `steps_per_generation * num_iterations` micro-batches in
+            general. `None` never stops (it still warns). Applies to every `entropy_control`, `"none"` included.
 
     > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
 
@@ -129,7 +168,10 @@ class GRPOEntropyConfig(GRPOConfig):
             released script).
         entrocraft_normalizer (`str`, *optional*, defaults to `"kept"`):
             `"kept"`: rejected rollouts leave the loss normaliser (the paper's 1/|S_x|). `"all"`: as the released
-            code, rejected rollouts only get a zero advantage and still count in the normaliser.
+            code, rejected rollouts only get a zero advantage and still count in the normaliser. With `"kept"` they
+            also leave TRL's own `entropy` metric, which then covers kept rollouts only, while
+            `entropy_control/measured` (the entropy the control acts on, and the one the model card and pictures
+            report) covers every rollout; the two curves differ whenever rollouts are rejected.
         entrocraft_entropy_source (`str`, *optional*, defaults to `"auto"`):
             Where the pre-update entropy H of the rollout batch comes from. `"scoring_pass"`: the old-log-prob
             forward TRL already runs when updates are off-policy (no extra pass; an error when TRL runs none).
@@ -219,7 +261,8 @@ class GRPOEntropyConfig(GRPOConfig):
     )
     entropy_schedule_end: float | None = field(
         default=None,
-        metadata={"help": "Target entropy at the end of training; >= 0. None means the same as the start."},
+        metadata={"help": "Target entropy on the last optimizer step; >= 0. Required by 'linear', 'cosine' and "
+                  "'wsd' (for 'wsd' <= entropy_schedule_start); 'constant' ignores it."},
     )
     entropy_schedule_warmup_steps: int = field(
         default=0,
@@ -265,6 +308,14 @@ class GRPOEntropyConfig(GRPOConfig):
         metadata={
             "help": "Hub model id written as base_model on the model card (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') "
             "when the model was loaded from a local folder; by default taken from the model's name or cache folder."
+        },
+    )
+
+    max_unscorable_batches: int | None = field(
+        default=3,
+        metadata={
+            "help": "Stop with an error after this many generation batches in a row in which no completion got a "
+            "reward (all None/NaN: zero advantages, no policy gradient); each one warns. >= 1, or None to only warn."
         },
     )
 
@@ -330,6 +381,7 @@ class GRPOEntropyConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        self._validate_bool_fields()  # before GRPOConfig acts on a truthy string such as "no"
         super().__post_init__()
         self._validate_entropy_fields()
         self._validate_model_card_fields()
@@ -343,7 +395,60 @@ class GRPOEntropyConfig(GRPOConfig):
                 f"'-', '_', '.'), not a local path; got {self.model_card_base_model!r}."
             )
 
+    # ------------------------------------------------------------------ serialisation
+    # A callable entropy_schedule (often a lambda or a local function) cannot be pickled or written as JSON. The
+    # live config keeps it (the trainer calls it); every stored or logged copy gets a readable placeholder instead.
+    def _schedule_placeholder(self) -> str | None:
+        schedule = self.__dict__.get("entropy_schedule")
+        return CALLABLE_SCHEDULE_PREFIX + schedule_label(schedule) if callable(schedule) else None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        placeholder = self._schedule_placeholder()
+        if placeholder is not None:  # pickling (torch.save of training_args.bin): store the name, not the callable
+            state["entropy_schedule"] = placeholder
+        return state
+
+    def __copy__(self):
+        new = self.__class__.__new__(self.__class__)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy would go through __getstate__ and lose the callable: copy the fields, share the callable.
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            keep = key == "entropy_schedule" and callable(value)
+            new.__dict__[key] = value if keep else copy.deepcopy(value, memo)
+        return new
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        placeholder = self._schedule_placeholder()
+        if placeholder is not None:
+            d["entropy_schedule"] = placeholder
+        return d
+
     # ------------------------------------------------------------------ validation
+    def _validate_bool_fields(self) -> None:
+        """Boolean fields must hold booleans: a string such as "no" or "false" is truthy and would turn them on.
+
+        Fields of this class must be `True`/`False`; inherited (TRL / transformers) boolean fields reject strings.
+        """
+        inherited = GRPOConfig.__dataclass_fields__
+        for name in _bool_field_names(type(self)):
+            value = getattr(self, name)
+            own = name not in inherited
+            if isinstance(value, str) or (own and not isinstance(value, bool)):
+                raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+
+    def _schedule_fields_set(self) -> list[str]:
+        """The entropy_schedule* fields set to something other than their default."""
+        names = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end", "entropy_schedule_warmup_steps",
+                 "entropy_schedule_anneal_ratio")
+        return [n for n in names if getattr(self, n) != self.__dataclass_fields__[n].default]
+
     def _validate_entropy_fields(self) -> None:
         if self.entropy_control not in ENTROPY_CONTROLS:
             raise ValueError(
@@ -354,29 +459,55 @@ class GRPOEntropyConfig(GRPOConfig):
                 f"entropy_control={self.entropy_control!r} is not implemented in this release; available: "
                 f"{list(IMPLEMENTED_CONTROLS)}."
             )
-        follows_target = self.entropy_control in TARGET_FOLLOWING_CONTROLS
-        schedule_fields_set = self.entropy_schedule is not None or self.entropy_schedule_start is not None
-        if self.entropy_control == "none" and schedule_fields_set:
+        control = self.entropy_control
+        fixed_progression = control == "positive_reweight" and self.positive_reweight_schedule != "entropy"
+        follows_target = control in TARGET_FOLLOWING_CONTROLS and not fixed_progression
+        schedule_fields_set = self._schedule_fields_set()
+        if control == "none" and schedule_fields_set:
             raise ValueError(
-                "entropy_schedule / entropy_schedule_start are set but entropy_control='none': nothing would follow "
-                "the schedule. Choose an entropy_control (e.g. 'adaptive_clip'), or attach "
-                "trl_entropy.EntropyScheduleCallback to drive TRL's own use_adaptive_entropy target."
+                f"{', '.join(schedule_fields_set)} {'is' if len(schedule_fields_set) == 1 else 'are'} set but "
+                "entropy_control='none': nothing would follow the schedule. Choose an entropy_control (e.g. "
+                "'adaptive_clip'), or attach trl_entropy.EntropyScheduleCallback to drive TRL's own "
+                "use_adaptive_entropy target."
             )
         if self.entropy_schedule is not None and not callable(self.entropy_schedule):
+            if isinstance(self.entropy_schedule, str) and self.entropy_schedule.startswith(CALLABLE_SCHEDULE_PREFIX):
+                raise ValueError(
+                    f"entropy_schedule={self.entropy_schedule!r} is the placeholder a saved config keeps for a "
+                    "callable schedule (callables are not stored in checkpoints or logged configs); pass the same "
+                    "callable again as entropy_schedule."
+                )
             if self.entropy_schedule not in SCHEDULE_NAMES:
                 raise ValueError(
                     f"entropy_schedule must be one of {list(SCHEDULE_NAMES)} or a callable, got "
                     f"{self.entropy_schedule!r}."
                 )
-        if self.entropy_control == "positive_reweight" and self.positive_reweight_schedule != "entropy":
-            follows_target = False  # fixed progressions need no target
+        schedule_defaulted = self.entropy_schedule is None
         if follows_target:
             if self.entropy_schedule is None:
                 self.entropy_schedule = "constant"
             if self.entropy_schedule_start is None and not callable(self.entropy_schedule):
                 raise ValueError(
                     f"entropy_schedule_start must be set (a target entropy in nats, >= 0) for "
-                    f"entropy_control={self.entropy_control!r}."
+                    f"entropy_control={control!r}."
+                )
+        elif schedule_fields_set and control != "none":
+            if self.entropy_schedule is None and self.entropy_schedule_start is not None:
+                self.entropy_schedule = "constant"
+            why = (f"positive_reweight_schedule={self.positive_reweight_schedule!r} is a fixed progression"
+                   if fixed_progression else "it does not follow a target entropy")
+            warnings.warn(
+                f"entropy_control={control!r} with {', '.join(schedule_fields_set)}: {why}, so the schedule does not "
+                "steer it. When a schedule is built, its target is logged as entropy_control/target for reference "
+                "only (no tracking error). Controls that follow a target: "
+                f"{list(TARGET_FOLLOWING_CONTROLS)}.",
+                UserWarning,
+                stacklevel=3,
+            )
+            if isinstance(self.entropy_schedule, str) and self.entropy_schedule_start is None:
+                raise ValueError(
+                    f"entropy_schedule={self.entropy_schedule!r} needs entropy_schedule_start (a target entropy in "
+                    "nats, >= 0)."
                 )
         for name in ("entropy_schedule_start", "entropy_schedule_end"):
             value = getattr(self, name)
@@ -394,6 +525,7 @@ class GRPOEntropyConfig(GRPOConfig):
         ratio = self.entropy_schedule_anneal_ratio
         if not _is_number(ratio) or not (0.0 < ratio <= 1.0):
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {ratio!r}.")
+        self._validate_schedule_shape(schedule_defaulted)
 
         # adaptive clip
         if not _is_number(self.adaptive_clip_delta) or self.adaptive_clip_delta <= 0:
@@ -434,6 +566,10 @@ class GRPOEntropyConfig(GRPOConfig):
                     UserWarning,
                     stacklevel=3,
                 )
+
+        limit = self.max_unscorable_batches
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ValueError(f"max_unscorable_batches must be an integer >= 1 or None, got {limit!r}.")
 
         self._validate_choice("cov_scope", COV_SCOPES)
         self._validate_range("clip_cov_ratio", 0.0, 1.0)
@@ -508,6 +644,33 @@ class GRPOEntropyConfig(GRPOConfig):
                 f"use_adaptive_entropy=True (TRL's adaptive entropy coefficient) together with "
                 f"entropy_control={self.entropy_control!r} runs two controllers on the same entropy. Set "
                 "allow_trl_adaptive_entropy=True to do it anyway, or use one of them."
+            )
+
+    def _validate_schedule_shape(self, schedule_defaulted: bool) -> None:
+        """A named schedule's start/end must describe the curve its name promises."""
+        name, start, end = self.entropy_schedule, self.entropy_schedule_start, self.entropy_schedule_end
+        if not isinstance(name, str):
+            return
+        if name in ("linear", "cosine", "wsd") and end is None:
+            raise ValueError(
+                f"entropy_schedule={name!r} needs entropy_schedule_end (the target of the last step); without it the "
+                "target would stay at entropy_schedule_start all along. Set entropy_schedule_end (>= 0), or use "
+                "entropy_schedule='constant'."
+            )
+        if name == "wsd" and start is not None and end > start:
+            raise ValueError(
+                f"entropy_schedule='wsd' (warmup-stable-anneal) anneals the target down, but entropy_schedule_end "
+                f"({end}) > entropy_schedule_start ({start}): the 'anneal' would raise it. Swap the two values, or "
+                "use entropy_schedule='linear' or 'cosine' for a rising target."
+            )
+        if name == "constant" and end is not None and start is not None and end != start:
+            default = " (the default when entropy_schedule is unset)" if schedule_defaulted else ""
+            warnings.warn(
+                f"entropy_schedule_end ({end}) is ignored: entropy_schedule is 'constant'{default}, so the target "
+                f"stays at entropy_schedule_start ({start}). Set entropy_schedule to 'linear', 'cosine' or 'wsd' to "
+                "move it to entropy_schedule_end.",
+                UserWarning,
+                stacklevel=4,
             )
 
     def _validate_choice(self, name: str, choices: tuple) -> None:

@@ -26,10 +26,13 @@ Hooks used (trl 1.16):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
+import logging
 import math
+import numbers
 import os
 import warnings
 
@@ -53,15 +56,84 @@ CONTROL_STATE_FILE = "entropy_control_state.json"
 METRIC_PREFIX = "entropy_control/"
 
 
-def _guard_reward_function(reward_func, name: str, on_nonfinite=None):
+_REWARD_EXPECTED = "a list of floats (or None for a completion it cannot score), one per completion"
+
+
+def _describe_value(value) -> str:
+    """A short description of what a reward function returned, for error messages."""
+    if value is None:
+        return "None"
+    if isinstance(value, dict):
+        keys = list(value)
+        more = ", ..." if len(keys) > 5 else ""
+        return f"a dict (keys {', '.join(map(repr, keys[:5]))}{more})"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"a {type(value).__name__} ({text})"
+
+
+def _is_reward_sequence(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return True
+    if isinstance(value, torch.Tensor) or type(value).__module__ == "numpy":
+        return getattr(value, "ndim", None) == 1
+    return False
+
+
+def check_reward_output(name: str, rewards, num_completions: int) -> list[float | None]:
+    """The rewards a reward function returned for ``num_completions`` completions, as floats (None kept).
+
+    Raises a ``TypeError`` naming the function, what it returned and what is expected when the output is not a
+    sequence (a float, a dict, a string, a generator...) or holds something other than a real number or None (e.g.
+    words, or numeric strings, which TRL cannot turn into a tensor), and a ``ValueError`` when its length is not one
+    per completion. NaN and infinite values are returned as they are (the caller decides).
+    """
+    expected = f"{_REWARD_EXPECTED} ({num_completions} in this batch)"
+    if not _is_reward_sequence(rewards):
+        raise TypeError(f"Reward function {name!r} returned {_describe_value(rewards)}; expected {expected}.")
+    values = list(rewards)
+    if len(values) != num_completions:
+        raise ValueError(
+            f"Reward function {name!r} returned {len(values)} value(s) for {num_completions} completions; expected "
+            f"{expected}."
+        )
+    out: list[float | None] = []
+    for i, r in enumerate(values):
+        if r is None:
+            out.append(None)
+            continue
+        if isinstance(r, torch.Tensor) and r.numel() == 1 and not r.is_complex():
+            out.append(float(r))
+            continue
+        if isinstance(r, numbers.Real):
+            out.append(float(r))
+            continue
+        hint = ""
+        if isinstance(r, str):
+            try:
+                float(r)
+                hint = " Convert numeric strings with float()."
+            except ValueError:
+                hint = " Map each completion to a number (e.g. 1.0 for correct, 0.0 for wrong)."
+        raise TypeError(
+            f"Reward function {name!r} returned {_describe_value(r)} for completion {i} of the batch; expected "
+            f"{expected}.{hint}"
+        )
+    return out
+
+
+def _guard_reward_function(reward_func, name: str, on_result=None):
     """Wrap a synchronous reward function so that its faults are reported instead of silently training on them.
 
     * An exception is re-raised as a ``RuntimeError`` naming the function and the first failing completion: the batch
       is re-scored one completion at a time to find it, and the error gives its index in the batch and the start of
       its prompt (chained to the original exception).
+    * An output that is not one real number (or None) per completion raises an error naming the function, what it
+      returned and what is expected (:func:`check_reward_output`).
     * A NaN or infinite reward is replaced by ``None`` (TRL's "unscorable": excluded from the group baseline, zero
-      advantage) and reported through ``on_nonfinite(name, indices)``. Left alone, TRL would turn a group holding an
-      infinite reward into zero advantages without a word.
+      advantage). Left alone, TRL would turn a group holding an infinite reward into zero advantages without a word.
+    * Every call reports ``on_result(name, nan_indices, inf_indices, none_indices)`` (the trainer warns with them).
 
     Model-based and async reward functions are returned unchanged.
     """
@@ -78,15 +150,14 @@ def _guard_reward_function(reward_func, name: str, on_nonfinite=None):
                 f" on completion {index} of the batch (prompt {str(prompts[index])[:80]!r})"
             )
             raise RuntimeError(f"Reward function {name!r} raised {type(err).__name__}{where}: {err}") from err
-        bad = [i for i, r in enumerate(rewards) if r is not None and not math.isfinite(float(r))]
-        if not bad:
+        values = check_reward_output(name, rewards, len(completions))
+        nan = [i for i, r in enumerate(values) if r is not None and math.isnan(r)]
+        inf = [i for i, r in enumerate(values) if r is not None and math.isinf(r)]
+        if on_result is not None:
+            on_result(name, nan, inf, [i for i, r in enumerate(values) if r is None])
+        if not nan and not inf:
             return rewards
-        if on_nonfinite is not None:
-            on_nonfinite(name, bad)
-        rewards = list(rewards)
-        for i in bad:
-            rewards[i] = None
-        return rewards
+        return [None if r is not None and not math.isfinite(r) else r for r in values]
 
     return wrapped
 
@@ -102,13 +173,98 @@ def _first_failing_index(reward_func, prompts, completions, kwargs) -> int | Non
     return None
 
 
+def _column_names(dataset) -> list[str] | None:
+    """The columns of a map-style or iterable dataset, when they can be known without iterating it."""
+    names = getattr(dataset, "column_names", None)
+    if isinstance(names, (list, tuple)):
+        return list(names)
+    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
+        return None
+    try:
+        first = dataset[0]
+    except Exception:  # an exotic dataset: leave the check to TRL
+        return None
+    return list(first) if isinstance(first, dict) else None
+
+
+def check_train_dataset(dataset, args) -> None:
+    """Raise a ``ValueError`` for a training set GRPO cannot train on, before anything is loaded or generated.
+
+    * A dataset dict (e.g. ``DatasetDict``) instead of one split.
+    * A map-style dataset with fewer rows than one generation batch has distinct prompts,
+      ``generation_batch_size / num_generations``: TRL's ``RepeatSampler`` drops an incomplete batch of prompts, so
+      such a dataset gives no batch at all and ``train()`` returns after 0 steps. (Iterable datasets are not checked.)
+    * No ``prompt`` column (where the columns are known without iterating): the error lists the columns.
+    """
+    if dataset is None:
+        return
+    if isinstance(dataset, dict):
+        raise ValueError(
+            f"train_dataset is a {type(dataset).__name__} with splits {list(dataset)}; pass one split, e.g. "
+            f"train_dataset=dataset[{next(iter(dataset), 'train')!r}]."
+        )
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__")
+    if not iterable:
+        rows = len(dataset)
+        needed = args.generation_batch_size // args.num_generations
+        if rows < needed:
+            processes = args.generation_batch_size // (args.per_device_train_batch_size * args.steps_per_generation)
+            have = "is empty" if rows == 0 else f"has {rows} row(s)"
+            raise ValueError(
+                f"train_dataset {have}, but one generation batch needs {needed} distinct prompts: "
+                f"generation_batch_size / num_generations = {args.generation_batch_size} / {args.num_generations}, "
+                f"with generation_batch_size = per_device_train_batch_size ({args.per_device_train_batch_size}) x "
+                f"processes ({processes}) x steps_per_generation ({args.steps_per_generation}). TRL drops an "
+                "incomplete batch of prompts, so training would stop after 0 steps. Add prompts, or lower "
+                "per_device_train_batch_size or steps_per_generation (or raise num_generations)."
+            )
+    columns = _column_names(dataset)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"train_dataset has no 'prompt' column; its columns are {columns}. GRPO generates completions for the "
+            "'prompt' column (a string, or a list of chat messages); rename the column that holds the prompts, e.g. "
+            "dataset.rename_column('question', 'prompt'). Other columns are passed to the reward functions."
+        )
+
+
+class _DropTrlAllNoneWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "All reward functions returned None" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _without_trl_all_none_warning():
+    """Hide TRL's "All reward functions returned None" (also printed for NaN rewards) while TRL scores a batch."""
+    trl_logger = logging.getLogger(GRPOTrainer.__module__)
+    drop = _DropTrlAllNoneWarning()
+    trl_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(drop)
+
+
 class GRPOEntropyTrainer(GRPOTrainer):
     """GRPO with a schedulable policy entropy. Takes the same arguments as `trl.GRPOTrainer`.
 
     With `args.entropy_control="none"` it trains exactly as `GRPOTrainer` (same losses and weights for the same
     seed); it only adds the `entropy_control/measured` metric. With a control, it also logs, each optimizer step,
-    `entropy_control/target`, `entropy_control/measured`, the control's knob (e.g. `entropy_control/epsilon_high`),
-    `entropy_control/tracking_error` (measured − target) and `entropy_control/relative_tracking_error`.
+    `entropy_control/target`, `entropy_control/measured` and the control's knob (e.g. `entropy_control/epsilon_high`);
+    for a control that follows the target, also `entropy_control/tracking_error` (measured − target) and
+    `entropy_control/relative_tracking_error` (a control that ignores the target, e.g. `clip_cov`, logs the target
+    for reference only).
+
+    Two entropy metrics, which can disagree:
+
+    * `entropy_control/measured`: the mean per-token entropy (nats) of the policy in the loss forward, over every
+      completion token of the optimizer step (all micro-batches, all processes, Σ H·mask / Σ mask) and every rollout,
+      including rollouts a rollout control rejected (Entrocraft). This is the entropy the controls observe
+      (Entrocraft's pre-update rollout entropy also covers every rollout), and the one the model card, the pictures
+      and `EntropyPerformanceFitCallback` report.
+    * `entropy` (TRL's own): the same per-token entropy, but over TRL's loss mask and averaged per micro-batch. With
+      `entropy_control="entrocraft"` and `entrocraft_normalizer="kept"` rejected rollouts leave that mask, so it
+      covers the kept rollouts only; with several micro-batches per optimizer step it is a mean of micro-batch
+      means. It equals `entropy_control/measured` when nothing is rejected and a step is one micro-batch.
     """
 
     _tag_names = ["trl", "grpo", "trl-entropy"]
@@ -125,11 +281,20 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 f"args must be a GRPOEntropyConfig, got {type(args).__name__}. Build it with the same fields: "
                 "GRPOEntropyConfig(**your_grpo_config.to_dict()) works for a plain GRPOConfig."
             )
+        try:
+            bound = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pargs, **kwargs)
+        except TypeError:
+            bound = None  # GRPOTrainer raises its own error for the arguments
+        if bound is not None:
+            check_train_dataset(bound.arguments.get("train_dataset"), args)  # before the model is loaded
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self._ec_nonfinite_rewards = 0
         self._ec_nonfinite_advantages = 0
+        self._ec_reward_faults: dict[str, tuple[int, int, int]] = {}  # this batch: name -> (#NaN, #inf, #None)
+        self._ec_unscorable_streak = 0  # consecutive training generation batches with no reward at all
+        self._ec_unscorable_batches = 0
         self.reward_funcs = [
-            _guard_reward_function(f, n, self._report_nonfinite_rewards)
+            _guard_reward_function(f, n, self._on_reward_result)
             for f, n in zip(self.reward_funcs, self.reward_func_names)
         ]
         self.entropy_control = build_control(args)
@@ -260,16 +425,82 @@ class GRPOEntropyTrainer(GRPOTrainer):
             return None
         return entropy
 
-    def _report_nonfinite_rewards(self, name: str, indices: list[int]) -> None:
-        self._ec_nonfinite_rewards += len(indices)
+    def _on_reward_result(self, name: str, nan: list[int], inf: list[int], none: list[int]) -> None:
+        """Called by every guarded reward function call: remember its faults, warn about NaN/inf."""
+        if nan or inf or none:
+            self._ec_reward_faults[name] = (len(nan), len(inf), len(none))
+        if not (nan or inf):
+            return
+        self._ec_nonfinite_rewards += len(nan) + len(inf)
+        what = " and ".join(
+            f"{kind} for {len(idx)} completion(s) (first at index {idx[0]})"
+            for kind, idx in (("NaN", nan), ("inf", inf))
+            if idx
+        )
         warnings.warn(
-            f"Step {self.state.global_step}: reward function {name!r} returned NaN/inf for {len(indices)} "
-            f"completion(s) of the batch (first at index {indices[0]}); they are treated as unscorable (excluded "
-            "from the group baseline, advantage 0). Counted in entropy_control/nonfinite_rewards.",
+            f"Step {self.state.global_step}: reward function {name!r} returned {what} of the batch; these rewards are "
+            "treated as unscorable (None: excluded from the group baseline, advantage 0). Counted in "
+            "entropy_control/nonfinite_rewards.",
             RuntimeWarning,
             stacklevel=2,
         )
         self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
+
+    def _describe_reward_faults(self) -> str:
+        parts = []
+        for name, counts in self._ec_reward_faults.items():
+            what = [f"{kind} for {n}" for kind, n in zip(("NaN", "inf", "None"), counts) if n]
+            parts.append(f"{name!r} returned {' and '.join(what)}")
+        return "; ".join(parts) if parts else "the reward functions returned NaN or None"
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._ec_reward_faults = {}
+        with _without_trl_all_none_warning():  # it says "returned None" for NaN too; the check below says which
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._check_unscorable(rewards_per_func)
+        return rewards_per_func
+
+    def _check_unscorable(self, rewards_per_func: torch.Tensor) -> None:
+        """Warn about completions no reward function scored; stop after `max_unscorable_batches` consecutive training
+        generation batches in which none was scored. `rewards_per_func` is TRL's gathered (global) reward matrix, so
+        every process reaches the same decision."""
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        count, total = int(unscorable.sum()), unscorable.numel()
+        training = self.model.training
+        if count < total and training:
+            self._ec_unscorable_streak = 0
+        if count == 0:
+            return
+        step = self.state.global_step
+        why = self._describe_reward_faults()
+        if count < total or not training:
+            warnings.warn(
+                f"Step {step}: {count} of {total} completions got no reward from any reward function ({why}); they "
+                "are unscorable: left out of their group's baseline, advantage 0.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        self._ec_unscorable_streak += 1
+        self._ec_unscorable_batches += 1
+        self._metrics["train"][METRIC_PREFIX + "unscorable_batches"].append(float(self._ec_unscorable_batches))
+        limit = self.args.max_unscorable_batches
+        streak = self._ec_unscorable_streak
+        if limit is not None and streak >= limit:
+            raise RuntimeError(
+                f"Step {step}: no completion of the last {streak} generation batches got a reward ({why}), so "
+                f"every advantage was 0 and training on them gave no policy gradient. Stopping: "
+                f"max_unscorable_batches={limit}. Check the reward functions (a reward of None or NaN means 'cannot "
+                "score'), or raise max_unscorable_batches (None never stops)."
+            )
+        stop = "" if limit is None else f"; the run stops at max_unscorable_batches={limit} in a row"
+        warnings.warn(
+            f"Step {step}: no completion of this generation batch got a reward ({why}): every advantage is 0, so "
+            f"training on it gives no policy gradient. {streak} such batch(es) in a row{stop}. Counted in "
+            "entropy_control/unscorable_batches.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _check_finite_advantages(self, output):
         """Rollouts whose advantage is NaN/inf (e.g. an infinite reward) get advantage 0, with a warning and a
@@ -513,8 +744,9 @@ class GRPOEntropyTrainer(GRPOTrainer):
             metrics[METRIC_PREFIX + control.knob_name].append(control.knob)  # the value used during this step
         if target is not None:
             metrics[METRIC_PREFIX + "target"].append(target)
-            metrics[METRIC_PREFIX + "tracking_error"].append(measured - target)
-            metrics[METRIC_PREFIX + "relative_tracking_error"].append(abs(measured - target) / max(target, 1e-8))
+            if control.follows_target:  # a control that ignores the target has no tracking error, only a reference
+                metrics[METRIC_PREFIX + "tracking_error"].append(measured - target)
+                metrics[METRIC_PREFIX + "relative_tracking_error"].append(abs(measured - target) / max(target, 1e-8))
         control.observe(measured, target)
         for key, value in control.metrics().items():
             metrics[METRIC_PREFIX + key].append(value)

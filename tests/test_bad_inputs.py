@@ -1,0 +1,276 @@
+"""What a new user gets wrong (issue 12): each bad input gets an error or warning that names the field or function."""
+
+import copy
+import json
+import os
+
+import pytest
+import torch
+from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
+
+from trl_entropy import GRPOEntropyTrainer
+from trl_entropy.trainers.grpo_entropy_trainer import CONTROL_STATE_FILE
+
+
+def make(args, reward=count_ones_reward, dataset=None, model_seed=0, **kwargs):
+    return GRPOEntropyTrainer(model=tiny_model(model_seed), reward_funcs=reward, args=args,
+                              train_dataset=tiny_dataset() if dataset is None else dataset,
+                              processing_class=tiny_tokenizer(), **kwargs)
+
+
+def history(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+# ---------------------------------------------------------------------------------------------- callable schedules
+def lambda_args(path, schedule, **kw):
+    return tiny_args(path, entropy_control="adaptive_clip", entropy_schedule=schedule, steps_per_generation=2,
+                     max_steps=4, save_strategy="steps", save_steps=2, **kw)
+
+
+def test_a_lambda_schedule_survives_checkpoints_resume_and_save_model(tmp_path):
+    schedule = lambda step, total: 2.0 - step / total  # noqa: E731 - a lambda is the point of this test
+    straight = make(lambda_args(tmp_path, schedule))
+    straight.train()  # used to fail with PicklingError in torch.save(args) at the first checkpoint
+
+    ckpt = tmp_path / "checkpoint-2"
+    for name in ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", CONTROL_STATE_FILE):
+        assert (ckpt / name).exists(), name  # a complete checkpoint, not a partial one
+    saved = torch.load(ckpt / "training_args.bin", weights_only=False)
+    assert saved.entropy_schedule.startswith("callable:lambda (test_bad_inputs.py:")
+    assert straight.args.entropy_schedule is schedule  # the live config still holds the callable
+    assert json.loads(straight.args.to_json_string())["entropy_schedule"] == saved.entropy_schedule
+
+    # resume: the user passes the same callable again; the run continues exactly
+    resumed = make(lambda_args(tmp_path, schedule), model_seed=1)
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    for key in ("target", "measured", "epsilon_high"):
+        assert history(resumed, f"entropy_control/{key}") == pytest.approx(
+            history(straight, f"entropy_control/{key}"), rel=1e-6), key
+    assert history(resumed, "entropy_control/target") == pytest.approx([2.0, 1.75, 1.5, 1.25])
+
+    out = tmp_path / "final"
+    resumed.save_model(str(out))  # used to fail the same way
+    assert (out / "training_args.bin").exists()
+    card = (out / "README.md").read_text()
+    assert "`lambda (test_bad_inputs.py:" in card and "<function" not in card and "0x" not in card
+
+
+def test_a_config_with_a_callable_schedule_copies_and_reloads_clearly(tmp_path):
+    def local_schedule(step, total):
+        return 1.0
+
+    args = lambda_args(tmp_path, local_schedule)
+    assert copy.deepcopy(args).entropy_schedule is local_schedule  # deepcopy keeps the callable
+    assert copy.copy(args).entropy_schedule is local_schedule
+    d = args.to_dict()
+    assert d["entropy_schedule"] == "callable:test_a_config_with_a_callable_schedule_copies_and_reloads_clearly." \
+                                    "local_schedule"
+    # a config rebuilt from the stored placeholder says what to do instead of "must be one of ..."
+    with pytest.raises(ValueError, match="pass the same callable again as entropy_schedule"):
+        lambda_args(tmp_path, d["entropy_schedule"])
+
+
+# ---------------------------------------------------------------------------------------------- reward functions
+def _float(completions, **kw):
+    return 0.5
+
+
+def _dict(completions, **kw):
+    return {"score": [1.0] * len(completions)}
+
+
+def _words(completions, **kw):
+    return ["correct" if "1" in c else "wrong" for c in completions]
+
+
+def _numeric_strings(completions, **kw):
+    return ["1.0" for _ in completions]
+
+
+def _too_short(completions, **kw):
+    return [1.0] * (len(completions) - 1)
+
+
+def _nothing(completions, **kw):
+    return None
+
+
+def _generator(completions, **kw):
+    return (1.0 for _ in completions)
+
+
+@pytest.mark.parametrize(
+    "reward, error, what",
+    [
+        (_float, TypeError, r"returned a float \(0\.5\)"),
+        (_dict, TypeError, r"returned a dict \(keys 'score'\)"),
+        (_words, TypeError, r"returned a str \('(correct|wrong)'\) for completion 0 .*Map each completion to a number"),
+        (_numeric_strings, TypeError, r"returned a str \('1\.0'\) for completion 0 .*Convert numeric strings"),
+        (_too_short, ValueError, r"returned 7 value\(s\) for 8 completions"),
+        (_nothing, TypeError, r"returned None"),
+        (_generator, TypeError, r"returned a generator"),
+    ],
+)
+def test_a_reward_function_with_a_bad_output_is_named_with_what_it_returned(tmp_path, reward, error, what):
+    trainer = make(tiny_args(tmp_path, max_steps=1), reward=reward)
+    with pytest.raises(error, match=rf"Reward function '{reward.__name__}' {what}") as err:
+        trainer.train()
+    assert "expected a list of floats (or None for a completion it cannot score), one per completion" in str(err.value)
+
+
+def test_reward_output_check_accepts_sequences_of_numbers():
+    import numpy as np
+
+    from trl_entropy.trainers.grpo_entropy_trainer import check_reward_output
+
+    assert check_reward_output("f", [1, 0.5, None, True], 4) == [1.0, 0.5, None, 1.0]
+    assert check_reward_output("f", (np.float32(0.25), np.int64(2)), 2) == [0.25, 2.0]
+    assert check_reward_output("f", np.array([0.5, 1.0]), 2) == [0.5, 1.0]
+    assert check_reward_output("f", torch.tensor([0.5, 1.0]), 2) == [0.5, 1.0]
+    assert check_reward_output("f", [float("nan")], 1)[0] != 0.0  # NaN is passed on; the trainer decides
+
+
+def _all_nan(completions, **kw):
+    return [float("nan")] * len(completions)
+
+
+def _first_nan(completions, **kw):
+    return [float("nan") if i == 0 else float(c.count("1")) for i, c in enumerate(completions)]
+
+
+def _trl_messages(caplog):
+    return [r.getMessage() for r in caplog.records if "All reward functions returned None" in r.getMessage()]
+
+
+def test_nan_rewards_name_the_function_and_a_run_without_any_reward_stops(tmp_path, caplog):
+    trainer = make(tiny_args(tmp_path, max_steps=6, max_unscorable_batches=2), reward=_all_nan)
+    with pytest.warns(RuntimeWarning) as record, pytest.raises(
+        RuntimeError, match=r"Step 1: no completion of the last 2 generation batches got a reward \('_all_nan' "
+                            r"returned NaN for 8\).*max_unscorable_batches=2"):
+        trainer.train()
+    messages = [str(w.message) for w in record]
+    assert any("reward function '_all_nan' returned NaN for 8 completion(s)" in m for m in messages)
+    assert any("Step 0: no completion of this generation batch got a reward ('_all_nan' returned NaN for 8)" in m
+               and "1 such batch(es) in a row; the run stops at max_unscorable_batches=2" in m for m in messages)
+    assert trainer.state.global_step == 1  # stopped at the second batch, not silently at loss 0 until the end
+    assert not _trl_messages(caplog)  # TRL's misleading "All reward functions returned None" is replaced
+
+
+def test_unscorable_batches_only_warn_with_no_limit(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=3, max_unscorable_batches=None), reward=_all_nan)
+    with pytest.warns(RuntimeWarning, match="no completion of this generation batch got a reward"):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    assert history(trainer, "entropy_control/unscorable_batches") == [1.0, 2.0, 3.0]
+
+
+def test_some_unscorable_completions_warn_with_the_function_and_nan(tmp_path, caplog):
+    trainer = make(tiny_args(tmp_path, max_steps=2), reward=_first_nan)
+    with pytest.warns(RuntimeWarning, match=r"1 of 8 completions got no reward from any reward function "
+                                            r"\('_first_nan' returned NaN for 1\)"):
+        trainer.train()
+    assert trainer.state.global_step == 2 and not _trl_messages(caplog)
+
+
+# ---------------------------------------------------------------------------------------------- configs
+def test_a_control_that_ignores_the_target_logs_it_for_reference_without_a_tracking_error(tmp_path):
+    with pytest.warns(UserWarning, match="does not follow a target entropy"):
+        args = tiny_args(tmp_path, max_steps=2, entropy_control="kl_cov", kl_cov_ratio=0.1, steps_per_generation=2,
+                         entropy_schedule="linear", entropy_schedule_start=2.0, entropy_schedule_end=1.0)
+    trainer = make(args)
+    trainer.train()
+    assert history(trainer, "entropy_control/target") == pytest.approx([2.0, 1.0])
+    assert len(history(trainer, "entropy_control/measured")) == 2
+    assert not history(trainer, "entropy_control/tracking_error")
+    assert not history(trainer, "entropy_control/relative_tracking_error")
+
+
+def test_entropy_plots_no_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"entropy_plots must be True or False, got 'no'"):
+        tiny_args(tmp_path, entropy_plots="no")
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+@pytest.mark.parametrize(
+    "rows, overrides, message",
+    [
+        (0, {}, r"train_dataset is empty, but one generation batch needs 2 distinct prompts: "
+                r"generation_batch_size / num_generations = 8 / 4"),
+        (1, {}, r"train_dataset has 1 row\(s\), but one generation batch needs 2 distinct prompts"),
+        (7, dict(steps_per_generation=4), r"has 7 row\(s\), but one generation batch needs 8 distinct prompts: "
+                                          r"generation_batch_size / num_generations = 32 / 4, with "
+                                          r"generation_batch_size = per_device_train_batch_size \(8\) x processes "
+                                          r"\(1\) x steps_per_generation \(4\)"),
+    ],
+)
+def test_a_dataset_smaller_than_one_generation_batch_is_refused_before_training(tmp_path, rows, overrides, message):
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(rows)]})
+    with pytest.raises(ValueError, match=message):
+        make(tiny_args(tmp_path, **overrides), dataset=dataset)
+
+
+def test_the_smallest_dataset_that_fills_a_generation_batch_trains(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=2, steps_per_generation=2), dataset=tiny_dataset(4))
+    trainer.train()
+    assert trainer.state.global_step == 2  # 4 rows = 16 / 4 prompts: exactly enough
+
+
+def test_a_dataset_without_a_prompt_column_names_its_columns(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    dataset = Dataset.from_dict({"question": ["1+1=", "2+2="] * 4, "answer": ["2", "4"] * 4})
+    with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column; its columns are "
+                                         r"\['question', 'answer'\]"):
+        make(tiny_args(tmp_path), dataset=dataset)
+    with pytest.raises(ValueError, match=r"train_dataset is a DatasetDict with splits \['train'\]; pass one split"):
+        make(tiny_args(tmp_path), dataset=DatasetDict(train=tiny_dataset()))
+
+
+def test_an_iterable_dataset_is_not_size_checked(tmp_path):
+    trainer = make(tiny_args(tmp_path), dataset=tiny_dataset(1).to_iterable_dataset())  # its length is unknown
+    assert trainer.train_dataset is not None
+
+
+# ---------------------------------------------------------------------------------------------- schedule end
+def test_a_short_wsd_run_trains_its_last_step_at_the_end_target_and_the_card_says_so(tmp_path):
+    args = tiny_args(tmp_path, max_steps=4, entropy_control="adaptive_clip", steps_per_generation=2,
+                     entropy_schedule="wsd", entropy_schedule_start=2.0, entropy_schedule_end=1.0,
+                     entropy_schedule_anneal_ratio=0.5)
+    trainer = make(args)
+    trainer.train()
+    assert history(trainer, "entropy_control/target") == pytest.approx([2.0, 2.0, 2.0, 1.0])
+    assert trainer.entropy_phase == "anneal" and trainer.entropy_target == pytest.approx(1.0)
+    trainer.save_model()
+    assert "against a target of **1.0000**" in (tmp_path / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_card_and_pictures_report_the_entropy_the_control_acts_on_not_trls_kept_only_entropy(tmp_path, monkeypatch):
+    """Entrocraft with rejections: TRL's `entropy` covers kept rollouts only, `entropy_control/measured` all of them;
+    the card and entropy_curves.png must show the latter."""
+    import matplotlib.axes
+
+    plotted = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(ax, x, y, *args, **kwargs):
+        plotted.append((kwargs.get("label"), list(y)))
+        return real_plot(ax, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    args = tiny_args(tmp_path, max_steps=3, entropy_control="entrocraft", entrocraft_mode="hard",
+                     entropy_schedule_start=0.5, steps_per_generation=2)  # far below the entropy: rejects negatives
+    trainer = make(args)
+    trainer.train()
+    measured, trl_entropy = history(trainer, "entropy_control/measured"), history(trainer, "entropy")
+    assert len(measured) == len(trl_entropy) == 3
+    assert any(abs(a - b) > 1e-4 for a, b in zip(measured, trl_entropy))  # the two metrics do disagree here
+    plotted.clear()
+    trainer.save_model()
+    card = (tmp_path / "README.md").read_text()
+    assert f"measured entropy was **{measured[-1]:.4f}** nats" in card
+    curve = next(y for label, y in plotted if label == "measured entropy")
+    assert curve == pytest.approx(measured)
