@@ -363,16 +363,21 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
 
     Returns ``(texts, entropies)``: the decoded completions (special tokens skipped) and, per completion, the token
     entropies (nats) of the sampling distribution ``softmax(logits / temperature)`` at each generated token up to and
-    including the first eos: the tokens GRPOTrainer's ``entropy`` metric averages over. Deterministic given ``seed``
-    (the global RNG state is restored afterwards); the model's train/eval mode is restored.
+    including the first eos: the tokens GRPOTrainer's ``entropy`` metric averages over. Every eos id of the model's
+    generation config ends a completion, as in GRPOTrainer (the SmolLM2 testbed also stops at a newline).
+    Deterministic given ``seed`` (the global RNG state is restored afterwards); the model's train/eval mode is
+    restored.
     """
     from transformers import GenerationConfig
 
     if max_new_tokens is None:
         max_new_tokens = max(len(str(p["answer"])) for p in problems) + 1
+    eos_ids = model.generation_config.eos_token_id
+    eos_ids = [tokenizer.eos_token_id] if eos_ids is None else ([eos_ids] if isinstance(eos_ids, int) else eos_ids)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     gen_config = GenerationConfig(
         do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        pad_token_id=pad_id, eos_token_id=list(eos_ids), bos_token_id=None,
         output_logits=True, return_dict_in_generate=True,
     )
     prompts = [p["prompt"] for p in problems for _ in range(n_samples)]
@@ -392,7 +397,7 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
                 logits = torch.stack(out.logits, dim=1).float() / temperature
                 logp = torch.log_softmax(logits, dim=-1)
                 ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1)  # (B, T)
-                is_eos = (gen == tokenizer.eos_token_id).long()
+                is_eos = torch.isin(gen, torch.tensor(eos_ids, device=gen.device)).long()
                 keep = (is_eos.cumsum(1) - is_eos) == 0  # up to and including the first eos
                 texts += tokenizer.batch_decode(gen, skip_special_tokens=True)
                 entropies += [e[k].tolist() for e, k in zip(ent.cpu(), keep.cpu())]
@@ -402,12 +407,13 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
 
 
 def evaluate_accuracy(model, tokenizer, problems, n_samples=4, temperature=1.0, max_new_tokens=None, seed=0,
-                      batch_size=64) -> float:
-    """Sampled exact-match accuracy (mean over problems and samples), deterministic given ``seed``."""
+                      batch_size=64, reward=None) -> float:
+    """Sampled accuracy (mean over problems and samples of ``reward``, default :func:`accuracy_reward`),
+    deterministic given ``seed``."""
     texts, _ = sample_completions(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed,
                                   batch_size)
     answers = [p["answer"] for p in problems for _ in range(n_samples)]
-    return sum(accuracy_reward(texts, answers)) / max(1, len(texts))
+    return sum((reward or accuracy_reward)(texts, answers)) / max(1, len(texts))
 
 
 def completion_entropy(model, tokenizer, problems, n_samples=4, temperature=1.0, max_new_tokens=None, seed=0,

@@ -1,0 +1,102 @@
+"""The SmolLM2 testbed's task: two-shot single-digit addition, answered on one line.
+
+SmolLM2-135M-Instruct (:func:`trl_entropy.testbeds.smollm2`) answers ``"2+5=7\n6+3=9\n8+4="`` correctly about 45% of
+the time when sampled at temperature 1, with ~0.5-0.8 nats of entropy per completion token, and generation stops at
+the newline after the answer, so a completion is 2-3 tokens. Short prompts and completions keep an optimizer step
+within a few seconds on 2 CPU cores; see ``docs/testbeds.md`` for the measured dynamics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["FEW_SHOT_PREFIX", "make_problems", "make_datasets", "first_line", "accuracy_reward", "grpo_config_kwargs"]
+
+FEW_SHOT_PREFIX = "2+5=7\n6+3=9\n"
+_TEST_FRACTION_BYTE = 52  # sha256(query)[0] < 52: ~20% of the problems are held out
+
+
+def _in_test_split(query: str) -> bool:
+    return hashlib.sha256(query.encode()).digest()[0] < _TEST_FRACTION_BYTE
+
+
+def make_problems(split: str = "train", prefix: str = FEW_SHOT_PREFIX) -> list[dict]:
+    """Every problem ``a+b=`` with single digits a, b of one split, as ``{"prompt", "answer"}`` rows.
+
+    The prompt is ``prefix`` (two worked examples, one per line) followed by the query, e.g.
+    ``"2+5=7\\n6+3=9\\n8+4="``; the answer is the sum as text (``"12"``). The 100 problems are split by a hash of the
+    query into ``"train"`` (~80) and ``"test"`` (~20), the same split in every process and session.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+    rows = []
+    for a in range(10):
+        for b in range(10):
+            query = f"{a}+{b}="
+            if _in_test_split(query) == (split == "test"):
+                rows.append({"prompt": prefix + query, "answer": str(a + b)})
+    return rows
+
+
+def make_datasets(n_train: int = 4096, seed: int = 0, prefix: str = FEW_SHOT_PREFIX):
+    """``(train, test)`` ``datasets.Dataset`` objects: the train problems repeated (shuffled with ``seed``) to
+    ``n_train`` rows, so a run of any length draws them uniformly; the held-out problems once each."""
+    import random
+
+    from datasets import Dataset
+
+    train = make_problems("train", prefix)
+    rng = random.Random(seed)
+    rows = []
+    while len(rows) < n_train:
+        block = list(train)
+        rng.shuffle(block)
+        rows.extend(block)
+    return Dataset.from_list(rows[:n_train]), Dataset.from_list(make_problems("test", prefix))
+
+
+def first_line(completion) -> str:
+    """The answer part of a completion: its first line, stripped (chat-style completions: the last message's
+    content)."""
+    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
+        completion = completion[-1]["content"] if completion else ""
+    return str(completion).split("\n", 1)[0].strip()
+
+
+def accuracy_reward(completions, answer, **kwargs) -> list[float]:
+    """TRL reward function: 1.0 where the completion's first line equals ``answer`` exactly, else 0.0."""
+    return [1.0 if first_line(c) == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
+
+
+def grpo_config_kwargs() -> dict:
+    """``GRPOConfig`` keyword arguments that run this testbed on 2 CPU cores (no ``output_dir``/``max_steps``).
+
+    12 completions per optimizer step (3 prompts x 4 completions), 4 optimizer steps per generation batch (48
+    completions: the updates are off-policy, so clip bounds act), completions of at most 4 tokens, float32, no
+    gradient checkpointing (it trades ~30% more compute for memory we do not need), learning rate 1e-5 held
+    constant, no KL term (no reference model). See ``docs/testbeds.md`` for what these were chosen on.
+    """
+    return dict(
+        per_device_train_batch_size=12,
+        num_generations=4,
+        steps_per_generation=4,
+        max_completion_length=4,
+        learning_rate=1e-5,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        beta=0.0,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
