@@ -351,10 +351,12 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     )
 
 
-def write_model_card(trainer, folder: str | None = None, model_name: str | None = None, pictures: bool = True) -> str:
+def write_model_card(trainer, folder: str | None = None, model_name: str | None = None, pictures: bool = True,
+                     base_model: str | None = None) -> str:
     """Write the training pictures (when ``pictures`` and matplotlib is installed) and this card as ``README.md``
     into ``folder`` (default ``args.output_dir``). Works for any GRPO trainer, also a plain TRL ``GRPOTrainer``
-    (``GRPOEntropyTrainer`` does this itself at every save). Returns the card's path."""
+    (``GRPOEntropyTrainer`` does this itself at every save); ``base_model`` as in :func:`render_model_card`.
+    Returns the card's path."""
     folder = folder or trainer.args.output_dir
     os.makedirs(folder, exist_ok=True)
     if pictures:
@@ -366,6 +368,6 @@ def write_model_card(trainer, folder: str | None = None, model_name: str | None 
             pass  # no matplotlib: the card simply has no picture
     path = os.path.join(folder, "README.md")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(render_model_card(trainer, model_name=model_name, output_dir=folder))
+        f.write(render_model_card(trainer, model_name=model_name, base_model=base_model, output_dir=folder))
     os.replace(path + ".tmp", path)
     return path

@@ -1,6 +1,7 @@
-"""The offline demo: GRPO on the testbed with and without entropy control, side by side.
+"""The offline demo: GRPO on a testbed with and without entropy control, side by side.
 
-Every method trains the same pretrained testbed model on the same prompts with the same seed, in the off-policy
+Every method trains the same pretrained testbed model (``DemoSettings.testbed``: the tiny character-level model, or
+SmolLM2-135M-Instruct, see :mod:`trl_entropy.testbeds`) on the same prompts with the same seed, in the off-policy
 setting the papers use (several optimizer steps per generation batch, so clip bounds act), and is compared on:
 final training reward, held-out sampled accuracy, mean relative tracking error of the scheduled target (after the
 first 10% of steps) and median optimizer-step time.
@@ -26,7 +27,7 @@ __all__ = ["DemoSettings", "METHODS", "run_method", "run_demo", "format_table"]
 
 @dataclass
 class DemoSettings:
-    steps: int = 300
+    steps: int | None = None  # None: the testbed's demo_steps (tiny 300, smollm2 100)
     seed: int = 0
     schedule: str = "wsd"
     target_start: float | None = None  # None: the pretrained model's measured entropy
@@ -41,6 +42,16 @@ class DemoSettings:
     progress: bool = True
     recipe: testbed.TestbedRecipe = field(default_factory=testbed.TestbedRecipe)
     extra: dict[str, Any] = field(default_factory=dict)
+    testbed: str = "tiny"  # a name of trl_entropy.testbeds.TESTBEDS
+
+    def get_testbed(self):
+        from ..testbeds import get_testbed
+
+        return get_testbed(self.testbed, self.recipe)
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps if self.steps is not None else self.get_testbed().demo_steps
 
 
 # name -> (uses GRPOEntropyTrainer, config overrides, description)
@@ -56,13 +67,9 @@ METHODS: dict[str, tuple[bool, dict, str]] = {
     "positive_reweight": (True, {"entropy_control": "positive_reweight"},
                           "positive-advantage reweighting, entropy-guided lambda (Jin et al.)"),
     "w_reinforce": (True, {"entropy_control": "w_reinforce"}, "W-REINFORCE, lambda = 0.1 (Zhu et al.)"),
-    # The papers' ratios (Clip-Cov 2e-4, KL-Cov 2e-3) are fractions of a step's tokens; on the testbed's ~250 tokens
-    # per step they select the floor of one token and change nothing measurable (benchmarks/cov_ratio.py), so the
-    # demo scales them to the testbed; Clip-Cov's band is widened to reach the testbed's covariances (~0.5, not 1-5).
-    "clip_cov": (True, {"entropy_control": "clip_cov", "clip_cov_ratio": 0.3, "clip_cov_lb": 0.2},
-                 "Clip-Cov, detach high-covariance tokens (Cui et al.; ratio 0.3, band (0.2, 5) for the testbed)"),
-    "kl_cov": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 0.1},
-               "KL-Cov, KL-penalise high-covariance tokens (Cui et al.; ratio 0.1 for the testbed)"),
+    # A testbed may scale the covariance ratios to its batch (Testbed.method_overrides; the description says so).
+    "clip_cov": (True, {"entropy_control": "clip_cov"}, "Clip-Cov, detach high-covariance tokens (Cui et al.)"),
+    "kl_cov": (True, {"entropy_control": "kl_cov"}, "KL-Cov, KL-penalise high-covariance tokens (Cui et al.)"),
     "entropic": (True, {"entropy_control": "entropic"}, "EntroPIC, PI-controlled high-probability token weights"),
 }
 DEFAULT_METHOD = "adaptive_clip"
@@ -110,19 +117,30 @@ def _mean_relative_error(measured, target, skip_fraction=0.1):
     return sum(abs(m - t) / t for m, t in pairs) / len(pairs)
 
 
-def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems) -> dict:
-    """Train one method on the testbed and return its curves and summary numbers."""
+def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems,
+               spec: tuple[bool, dict, str] | None = None, evaluate: bool = True) -> dict:
+    """Train one method on the settings' testbed and return its curves and summary numbers.
+
+    ``spec`` = ``(uses GRPOEntropyTrainer, config overrides, description)`` runs a configuration that is not in
+    :data:`METHODS` under the label ``name`` (the benchmarks use this); ``evaluate=False`` skips the held-out
+    accuracy, pass@k and the model card.
+    """
     from trl import GRPOConfig, GRPOTrainer
 
     from ..scheduling.callbacks import EntropyScheduleCallback
     from ..trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
-    ours, overrides, _ = METHODS[name]
-    model, tokenizer = testbed.load_or_pretrain(settings.recipe, progress=settings.progress)
-    base = dict(testbed.grpo_config_kwargs(settings.recipe))
+    tb = settings.get_testbed()
+    ours, overrides, description = spec if spec is not None else METHODS[name]
+    overrides = dict(overrides)
+    if spec is None and tb.method_overrides.get(name):
+        overrides.update(tb.method_overrides[name])
+        description += " (" + ", ".join(f"{k}={v}" for k, v in tb.method_overrides[name].items()) + " here)"
+    model, tokenizer = tb.load(settings.progress)
+    base = dict(tb.grpo_config_kwargs())
     base.update(
         output_dir=os.path.join(settings.output_dir, "runs", name),
-        max_steps=settings.steps,
+        max_steps=settings.total_steps,
         seed=settings.seed,
         steps_per_generation=settings.steps_per_generation,
         save_strategy="no",
@@ -135,6 +153,10 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     schedule = _schedule_kwargs(settings, target_start)
     if ours:
         uses_schedule = base.get("entropy_control", "none") not in ("none", "w_reinforce", "clip_cov", "kl_cov")
+        if "entropy_schedule" in overrides:  # the spec brings its own target (e.g. a knob held at an extreme)
+            uses_schedule = False
+        if tb.base_model:
+            base.setdefault("model_card_base_model", tb.base_model)
         args = GRPOEntropyConfig(**base, **(schedule if uses_schedule else {}))
         trainer_cls = GRPOEntropyTrainer
     else:
@@ -142,7 +164,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         trainer_cls = GRPOTrainer
     trainer = trainer_cls(
         model=model,
-        reward_funcs=testbed.accuracy_reward,
+        reward_funcs=tb.reward,
         args=args,
         train_dataset=train_ds,
         processing_class=tokenizer,
@@ -172,7 +194,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         sched = make_schedule(schedule["entropy_schedule"], start=schedule["entropy_schedule_start"],
                               end=schedule["entropy_schedule_end"],
                               anneal_ratio=schedule["entropy_schedule_anneal_ratio"])
-        target = [sched(s - 1, settings.steps) for s in steps]
+        target = [sched(s - 1, settings.total_steps) for s in steps]
     control = getattr(trainer, "entropy_control", None)
     knob_name = control.knob_name if control is not None else ("entropy_coef" if name == "trl_adaptive_entropy"
                                                                   else None)
@@ -181,24 +203,31 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     rewards = [h.get("reward") for h in rows if h.get("reward") is not None]
     tail = max(1, len(rewards) // 10)
     step_times = [h["step_time"] for h in rows if "step_time" in h]
-    accuracy = testbed.evaluate_accuracy(
-        trainer.model, tokenizer, test_problems, n_samples=settings.eval_samples, temperature=1.0, seed=settings.seed
-    )
-    pass_k = pass_at_k_curve(trainer.model, tokenizer, test_problems[: settings.pass_at_k_problems],
-                             n=settings.pass_at_k_n, seed=settings.seed)
-    # every run's folder gets its model card and pictures, as a user's run would have them (pass@k included); the
-    # plain TRL trainers (grpo, trl_adaptive_entropy) get them through write_model_card
-    from ..evaluation import _log_aside
-    from ..model_card import write_model_card
+    accuracy, pass_k = float("nan"), {}
+    if evaluate:
+        max_new = base.get("max_completion_length")
+        accuracy = testbed.evaluate_accuracy(
+            trainer.model, tokenizer, test_problems, n_samples=settings.eval_samples, temperature=1.0,
+            seed=settings.seed, max_new_tokens=max_new, reward=tb.reward,
+        )
+        pass_k = pass_at_k_curve(trainer.model, tokenizer, test_problems[: settings.pass_at_k_problems],
+                                 n=settings.pass_at_k_n, seed=settings.seed, reward=tb.reward, max_new_tokens=max_new)
+        # every run's folder gets its model card and pictures, as a user's run would have them (pass@k included);
+        # the plain TRL trainers (grpo, trl_adaptive_entropy) get them through write_model_card
+        from ..evaluation import _log_aside
+        from ..model_card import write_model_card
 
-    _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
-    if ours:
-        trainer.create_model_card(model_name=f"testbed-{name}")
-    else:
-        write_model_card(trainer, model_name=f"testbed-{name}")
+        _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
+        if ours:
+            trainer.create_model_card(model_name=f"{tb.name}-{name}")
+        else:
+            write_model_card(trainer, model_name=f"{tb.name}-{name}", base_model=tb.base_model)
+    extra_keys = ("clip_ratio/high_mean", "clip_ratio/region_mean", "completions/mean_length")
     return {
         "method": name,
-        "description": METHODS[name][2],
+        "description": description,
+        "testbed": tb.name,
+        "seed": settings.seed,
         "step": steps,
         "measured": measured,
         "target": target,
@@ -212,16 +241,21 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "final_entropy": sum(measured[-tail:]) / tail if measured else float("nan"),
         "median_step_time": statistics.median(step_times) if step_times else float("nan"),
         "wall_time": wall,
+        "step_time": [h.get("step_time") for h in rows],
+        **{key: [h.get(key) for h in rows] for key in extra_keys},
     }
 
 
-def pass_at_k_curve(model, tokenizer, problems, n: int = 16, seed: int = 0) -> dict[int, float]:
-    """Unbiased pass@k for k = 1, 2, 4, ..., n: ``n`` samples per problem at temperature 1, averaged over problems."""
+def pass_at_k_curve(model, tokenizer, problems, n: int = 16, seed: int = 0, reward=None,
+                    max_new_tokens: int | None = None) -> dict[int, float]:
+    """Unbiased pass@k for k = 1, 2, 4, ..., n: ``n`` samples per problem at temperature 1, averaged over problems
+    (correct = ``reward`` 1.0, default: the tiny testbed's exact match)."""
     from ..metrics import pass_at_k
 
-    texts, _ = testbed.sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7)
+    texts, _ = testbed.sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7,
+                                          max_new_tokens=max_new_tokens)
     answers = [p["answer"] for p in problems for _ in range(n)]
-    correct = testbed.accuracy_reward(texts, answers)
+    correct = (reward or testbed.accuracy_reward)(texts, answers)
     counts = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(problems))]
     ks = [2**j for j in range(n.bit_length()) if 2**j <= n]
     return {k: sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
@@ -258,23 +292,33 @@ def format_table(results: list[dict], baseline: str = "grpo") -> str:
     return "\n".join(lines + [textwrap.fill("* " + STEP_TIME_NOTE, width=len(header), subsequent_indent="  ")])
 
 
+def starting_entropy(model, tokenizer, problems, seed: int = 0, max_new_tokens: int | None = None) -> float:
+    """The starting model's token-mean entropy on ~256 sampled completions of the first 64 ``problems`` (the
+    quantity ``entropy_control/measured`` reports during training): the demo's default target start."""
+    problems = problems[:64]
+    n = max(4, 256 // max(1, len(problems)))
+    return testbed.completion_entropy(model, tokenizer, problems, n_samples=n, seed=seed,
+                                      max_new_tokens=max_new_tokens)
+
+
 def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     """Run each method, print the table, write entropy_curves.png, metrics.jsonl and summary.json."""
     from .plots import plot_entropy_curves, plot_pass_at_k
 
     os.makedirs(settings.output_dir, exist_ok=True)
-    model, tokenizer = testbed.load_or_pretrain(settings.recipe, progress=settings.progress)
-    train_ds, _ = testbed.make_datasets(settings.recipe, seed=settings.seed)
-    test_problems = testbed.make_problems(settings.n_eval_problems, seed=settings.seed + 1, recipe=settings.recipe,
-                                          split="test")
+    tb = settings.get_testbed()
+    model, tokenizer = tb.load(settings.progress)
+    train_ds, _ = tb.datasets(settings.seed)
+    test_problems = tb.heldout(settings.n_eval_problems, settings.seed)
     start = settings.target_start
     if start is None:
-        start = testbed.completion_entropy(model, tokenizer, test_problems[:64], seed=settings.seed)
+        start = starting_entropy(model, tokenizer, test_problems, settings.seed,
+                                 max_new_tokens=tb.grpo_config_kwargs().get("max_completion_length"))
     start = round(float(start), 4)
     if not math.isfinite(start) or start <= 0:
         raise ValueError(f"target start entropy must be > 0, got {start}")
     print(f"Target: {settings.schedule} schedule from {start:.3f} to {start * settings.target_end_ratio:.3f} nats "
-          f"(anneal ratio {settings.anneal_ratio}), {settings.steps} optimizer steps, "
+          f"(anneal ratio {settings.anneal_ratio}), {settings.total_steps} optimizer steps on the {tb.name} testbed, "
           f"steps_per_generation={settings.steps_per_generation} (off-policy).")
     results = []
     for name in methods:
@@ -289,7 +333,8 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
                 f.write(json.dumps(row) + "\n")
     summary = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in results]
     with open(os.path.join(settings.output_dir, "summary.json"), "w") as f:
-        json.dump({"target_start": start, "settings": {k: v for k, v in settings.__dict__.items() if k != "recipe"},
+        json.dump({"target_start": start, "testbed": tb.name,
+                   "settings": {k: v for k, v in settings.__dict__.items() if k != "recipe"},
                    "recipe": settings.recipe.__dict__, "step_time_note": STEP_TIME_NOTE, "results": summary}, f,
                   indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
