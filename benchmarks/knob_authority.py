@@ -1,105 +1,99 @@
-"""How far can the advantage-sign knobs move entropy on the testbed? (The range of Entrocraft's and λ's plant.)
+"""How far can each knob move entropy? Every knob held at its extremes for a whole run, against plain GRPO.
 
-    python benchmarks/knob_authority.py [--steps 300] [--seeds 0]
+    python benchmarks/knob_authority.py [--testbed tiny|smollm2] [--steps N] [--seeds 0,1,2] [--results FILE]
 
-Entrocraft and positive-advantage reweighting steer entropy by choosing which sign of advantage reaches the policy
-gradient. Their strongest possible action is a fixed extreme: *every* step negative-advantage rollouts only (what
-Entrocraft does while entropy is below its band, and what λ = 0 does), or positive-advantage rollouts only (Entrocraft
-above its band). A controller that switches between the two can hold entropy only inside the range those two
-extremes reach: if entropy falls even with negatives only, no rejection schedule can hold a constant target, and a
-decaying target can be followed only while it decays more slowly than that.
+A controller can hold entropy only inside the range its knob reaches when held at one extreme for the whole run: if
+entropy still falls with the knob at its entropy-raising extreme, no schedule of that knob can hold a constant target.
+This script measures that range ("authority") for each knob in the off-policy setting of the testbed
+(`steps_per_generation=4`):
 
-This script trains the testbed in the demo's setting (lr 2e-4, `steps_per_generation=4`) with plain GRPO and with
-each extreme held for the whole run, and prints the entropy reached. Entrocraft is forced to one side by a constant
-target far outside the measurable range (hard mode: 10 nats keeps negatives only, 0 nats keeps positives only).
+* advantage sign (Entrocraft, positive reweighting): negative-advantage rollouts only (Entrocraft below its band,
+  forced by a constant target of 10 nats in hard mode), positive-advantage rollouts only (a target of 0 nats), and
+  lambda = 0 (`w_reinforce` with lambda 0: negatives only, every token in the normaliser; lambda = 1 is plain GRPO);
+* clip (adaptive clip-higher): a static `epsilon_high` of 0.2 (plain GRPO), 0.28 (DAPO) and 1.0 (smollm2 testbed);
+* covariance (Clip-Cov, KL-Cov) at the papers' ratios and larger (smollm2 testbed);
+* TRL's entropy bonus at fixed coefficients (smollm2 testbed).
+
+Runs are cached in `--results` (JSON lines): an interrupted benchmark resumes, and rerunning prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import sys
 import warnings
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _runs import cached_run, load_results, mean_sd, moving_average, window_mean  # noqa: E402
+
 warnings.filterwarnings("ignore")
 
-RUNS = {
-    "plain GRPO": (False, {}),
-    "negatives only (Entrocraft below its band)": (
-        True, {"entropy_control": "entrocraft", "entrocraft_mode": "hard", "entropy_schedule": "constant",
-               "entropy_schedule_start": 10.0}),
+_NEG = {"entropy_control": "entrocraft", "entrocraft_mode": "hard", "entropy_schedule": "constant",
+        "entropy_schedule_start": 10.0}
+_POS = dict(_NEG, entropy_schedule_start=0.0)
+ADVANTAGE_SIGN = {
+    "plain GRPO": (False, {}, "plain TRL GRPOTrainer"),
+    "negatives only (Entrocraft below its band)": (True, _NEG, "Entrocraft, hard, target 10 nats"),
     "negatives only, all tokens in the normaliser (λ = 0)": (
-        True, {"entropy_control": "w_reinforce", "w_reinforce_lambda": 0.0}),
-    "positives only (Entrocraft above its band)": (
-        True, {"entropy_control": "entrocraft", "entrocraft_mode": "hard", "entropy_schedule": "constant",
-               "entropy_schedule_start": 0.0}),
+        True, {"entropy_control": "w_reinforce", "w_reinforce_lambda": 0.0}, "w_reinforce, lambda 0"),
+    "positives only (Entrocraft above its band)": (True, _POS, "Entrocraft, hard, target 0 nats"),
 }
-
-
-def _window_mean(values, center, half=5):
-    window = [v for v in values[max(0, center - half): center + half] if v is not None]
-    return sum(window) / len(window) if window else float("nan")
+RUNS = {
+    "tiny": ADVANTAGE_SIGN,
+    "smollm2": {
+        **ADVANTAGE_SIGN,
+        "epsilon_high 0.28 (DAPO)": (False, {"epsilon_high": 0.28}, "static clip-higher"),
+        "epsilon_high 1.0": (False, {"epsilon_high": 1.0}, "static clip-higher"),
+        "Clip-Cov, ratio 2e-4 (paper)": (True, {"entropy_control": "clip_cov", "clip_cov_ratio": 2e-4}, "Clip-Cov"),
+        "KL-Cov, ratio 2e-3 (paper)": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 2e-3}, "KL-Cov"),
+        "KL-Cov, ratio 0.2 (100x)": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 0.2}, "KL-Cov"),
+        "entropy bonus, coef 0.01": (False, {"entropy_coef": 0.01}, "TRL entropy_coef"),
+        "entropy bonus, coef 0.1": (False, {"entropy_coef": 0.1}, "TRL entropy_coef"),
+    },
+}
+DEFAULT_STEPS = {"tiny": 300, "smollm2": 100}
 
 
 def main(argv=None) -> None:
-    from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--testbed", default="tiny", choices=sorted(RUNS))
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: tiny 300, smollm2 100)")
+    p.add_argument("--seeds", default="0", help="comma-separated training seeds")
+    p.add_argument("--runs", nargs="+", default=None, help="run names to include (default: all of the testbed's)")
+    p.add_argument("--results", default=None, help="JSON-lines cache of finished runs (resume, reprint)")
+    a = p.parse_args(argv)
+    steps = a.steps or DEFAULT_STEPS[a.testbed]
+    seeds = [int(s) for s in a.seeds.split(",")]
+    runs = {k: v for k, v in RUNS[a.testbed].items() if a.runs is None or k in a.runs}
+    marks = [10, steps // 2, steps - 5] if steps < 300 else [10, 50, 150, steps - 5]
+    cache = load_results(a.results)
 
-    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
-    from trl_entropy.demo import testbed
+    rows: dict[str, list] = {name: [] for name in runs}
+    for seed in seeds:  # seed-major: one seed of every run first, so a partial benchmark already compares them all
+        for name, spec in runs.items():
+            r = cached_run(cache, a.results, testbed=a.testbed, label=name, seed=seed, steps=steps, spec=spec)
+            h = r["measured"]
+            ma = moving_average(h)
+            h0 = window_mean(h, 5)
+            half = next((i + 1 for i, v in enumerate(ma) if i >= 9 and v is not None and v <= h0 / 2), None)
+            rows[name].append(([window_mean(h, m) for m in marks], window_mean(r["reward"], 0, half=10),
+                               window_mean(r["reward"], steps - 5, half=max(5, steps // 10)), half))
+            print(f"{name} seed {seed}: entropy " + " ".join(f"{v:.3f}" for v in rows[name][-1][0]), flush=True)
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--seeds", default="0", help="comma-separated training seeds")
-    args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    marks = [10, 50, 150, args.steps - 5]
-
-    recipe = testbed.TestbedRecipe()
-    testbed.load_or_pretrain(recipe, progress=True)
-    train_ds, _ = testbed.make_datasets(recipe, seed=0)
-    results: dict[str, list] = {name: [] for name in RUNS}
-    for name, (ours, overrides) in RUNS.items():
-        for seed in seeds:
-            model, tokenizer = testbed.load_or_pretrain(recipe, progress=False)
-            kwargs = dict(testbed.grpo_config_kwargs(recipe))
-            kwargs.update(output_dir="/tmp/trl_entropy_knob_authority", max_steps=args.steps, seed=seed,
-                          steps_per_generation=4, **overrides)
-            if ours:
-                kwargs["entropy_plots"] = False
-            config = (GRPOEntropyConfig if ours else GRPOConfig)(**kwargs)
-            trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(
-                model=model, reward_funcs=testbed.accuracy_reward, args=config, train_dataset=train_ds,
-                processing_class=tokenizer)
-            trainer.remove_callback(PrinterCallback)
-            trainer.train()
-            hist = [h for h in trainer.state.log_history if "entropy" in h and "step" in h]
-            entropy = [h["entropy"] for h in hist]
-            reward = [h.get("reward") for h in hist]
-            half = next((h["step"] for h in hist if h["entropy"] <= entropy[0] / 2), None)
-            results[name].append(([_window_mean(entropy, m) for m in marks],
-                                  _window_mean(reward, args.steps - 5, half=args.steps // 10), half))
-            print(f"{name} seed {seed}: entropy " + " ".join(f"{v:.3f}" for v in results[name][-1][0]), flush=True)
-
-    def fmt(values, digits=3):
-        values = [v for v in values if v is not None]
-        if not values:
-            return "never"
-        if len(values) == 1:
-            return f"{values[0]:.{digits}f}"
-        return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-    print(f"\ntestbed, demo setting, {args.steps} optimizer steps, seeds {seeds}; entropy (nats, token-mean) as the "
-          "mean over 10 steps around each step; reward = mean of the last 10%")
-    header = "| run | " + " | ".join(f"H@{m}" for m in marks[:-1]) + " | H final | reward final | step H halves |"
-    print(header)
-    print("|---" * (len(marks) + 4) + "|")
-    for name, runs in results.items():
-        cells = [fmt([r[0][i] for r in runs]) for i in range(len(marks))]
-        print(f"| {name} | " + " | ".join(cells) + f" | {fmt([r[1] for r in runs])} | "
-              f"{fmt([r[2] for r in runs], digits=0)} |")
+    print(f"\n{a.testbed} testbed, {steps} optimizer steps, steps_per_generation=4, seeds {seeds}. Entropy in nats "
+          "(token mean), averaged over the 10 steps around each step; reward over the first 10 and the last 10% of "
+          "steps; 'H halves': first step whose 10-step mean is at most half of the first 10 steps' mean.")
+    print("| run | " + " | ".join(f"H@{m}" for m in marks[:-1]) + " | H final | reward start | reward final | "
+          "H halves at step |")
+    print("|---" * (len(marks) + 5) + "|")
+    for name, rs in rows.items():
+        cells = [mean_sd([r[0][i] for r in rs]) for i in range(len(marks))]
+        halves = [r[3] for r in rs]
+        never = sum(h is None for h in halves)
+        half_txt = mean_sd([h for h in halves if h is not None], digits=0) + (f" ({never} never)" if never else "")
+        print(f"| {name} | " + " | ".join(cells) + f" | {mean_sd([r[1] for r in rs])} | {mean_sd([r[2] for r in rs])}"
+              f" | {half_txt} |")
 
 
 if __name__ == "__main__":

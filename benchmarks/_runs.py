@@ -1,0 +1,80 @@
+"""Shared plumbing of the benchmark scripts: one training run through the demo runner, cached in a JSONL file.
+
+A long benchmark (hours on the SmolLM2 testbed) is a list of independent runs. Each finished run is appended to
+``--results`` as one JSON line, keyed by (testbed, label, seed, steps, config); rerunning the script skips the runs
+already there, so an interrupted benchmark resumes where it stopped and the tables can be reprinted at no cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def run_key(testbed: str, label: str, seed: int, steps: int, spec) -> str:
+    return json.dumps([testbed, label, seed, steps, spec], sort_keys=True, default=str)
+
+
+def load_results(path: str | None) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    if path and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    row = json.loads(line)
+                    out[row["key"]] = row
+    return out
+
+
+def cached_run(results: dict, path: str | None, *, testbed: str, label: str, seed: int, steps: int, spec,
+               target_start: float | None = None, schedule: str = "constant", end_ratio: float = 1.0,
+               anneal_ratio: float = 0.3, method: str | None = None, output_dir: str = "/tmp/trl_entropy_bench"):
+    """Train ``spec`` (``(ours, overrides, description)``, or None for the demo method ``method``) once, or return
+    the cached result. The result is the demo runner's dict (curves per step), without evaluation."""
+    from trl_entropy.demo import runner
+
+    key = run_key(testbed, label, seed, steps, [spec, method, target_start, schedule, end_ratio, anneal_ratio])
+    if key in results:
+        return results[key]
+    settings = runner.DemoSettings(steps=steps, seed=seed, schedule=schedule, target_end_ratio=end_ratio,
+                                   anneal_ratio=anneal_ratio, output_dir=output_dir, progress=False, testbed=testbed)
+    tb = settings.get_testbed()
+    train_ds, _ = tb.datasets(0)
+    start = target_start if target_start is not None else 1.0
+    r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False)
+    r = {k: v for k, v in r.items() if k not in ("pass_at_k",)}
+    r.update(key=key, label=label)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(r) + "\n")
+    results[key] = r
+    return r
+
+
+def window_mean(values, center: int, half: int = 5) -> float:
+    window = [v for v in values[max(0, center - half): center + half] if v is not None]
+    return sum(window) / len(window) if window else float("nan")
+
+
+def moving_average(values, window: int = 10) -> list:
+    """Trailing moving average (the first ``window - 1`` points average what exists so far)."""
+    out, acc = [], []
+    for v in values:
+        acc.append(v)
+        tail = [x for x in acc[-window:] if x is not None]
+        out.append(sum(tail) / len(tail) if tail else None)
+    return out
+
+
+def mean_sd(values, digits: int = 3) -> str:
+    values = [v for v in values if v is not None and v == v]
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
