@@ -107,6 +107,12 @@ class EntropyControl:
     def knob(self) -> float | None:
         return None
 
+    @property
+    def limit_push(self) -> int:
+        """+1 or -1 when the last update left the knob at a limit of its range with the error asking to go further
+        that way (the control is at full authority), else 0. Read by the trainer's saturation monitor."""
+        return 0
+
     def transform_rollouts(self, advantages: torch.Tensor, ctx: RolloutContext) -> RolloutDecision:
         return RolloutDecision()
 
@@ -158,6 +164,10 @@ class ControllerControl(EntropyControl):
     @property
     def knob(self):
         return self.controller.value
+
+    @property
+    def limit_push(self) -> int:
+        return self.controller.limit_push
 
     def state_dict(self):
         return self.controller.state_dict()
@@ -265,6 +275,12 @@ class EntrocraftControl(EntropyControl):
     @property
     def knob(self):
         return float(self.last_sign)
+
+    @property
+    def limit_push(self) -> int:
+        # Entrocraft's knob has one setting per side: outside the band it is at its extreme (all rollouts of one
+        # advantage sign rejected in hard mode, nearly all with gamma = 10).
+        return int(self.last_sign)
 
     def state_dict(self):
         return {"generations": self.generations, "last_sign": self.last_sign}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["AdaptiveClipController", "LambdaStepController", "PIController"]
+__all__ = ["AdaptiveClipController", "LambdaStepController", "PIController", "SaturationMonitor"]
 
 
 def _sign(x: float) -> int:
@@ -44,6 +44,7 @@ class AdaptiveClipController:
         self.steps = 0
         self.history: deque[tuple[float, float]] = deque(maxlen=self.window)
         self.skipped = 0
+        self.direction = 0  # the last move asked for: +1 raise, -1 lower, 0 none (warm-up, or on target)
 
     def update(self, measured: float, target: float) -> float:
         if not (math.isfinite(measured) and math.isfinite(target)):
@@ -53,12 +54,19 @@ class AdaptiveClipController:
         self.history.append((float(target), float(measured)))
         if self.steps <= self.warmup_steps:
             self.value = self.initial
+            self.direction = 0
             return self.value
         mean_target = sum(t for t, _ in self.history) / len(self.history)
         mean_measured = sum(m for _, m in self.history) / len(self.history)
-        step = self.delta * _sign(mean_target - mean_measured)
-        self.value = min(self.c_max, max(self.c_min, self.value + step))
+        self.direction = _sign(mean_target - mean_measured)
+        self.value = min(self.c_max, max(self.c_min, self.value + self.delta * self.direction))
         return self.value
+
+    @property
+    def limit_push(self) -> int:
+        """The direction the last update pushed the knob into one of its bounds (+1 at ``c_max``, -1 at ``c_min``),
+        else 0: the error asks for more than the knob's range gives."""
+        return _limit_push(self.direction, self.value, self.c_min, self.c_max)
 
     def state_dict(self) -> dict:
         return {
@@ -66,6 +74,7 @@ class AdaptiveClipController:
             "steps": self.steps,
             "skipped": self.skipped,
             "history": [list(p) for p in self.history],
+            "direction": self.direction,
             "config": {
                 "initial": self.initial,
                 "delta": self.delta,
@@ -81,6 +90,7 @@ class AdaptiveClipController:
         self.steps = int(state["steps"])
         self.skipped = int(state.get("skipped", 0))
         self.history = deque((tuple(p) for p in state["history"]), maxlen=self.window)
+        self.direction = int(state.get("direction", 0))
 
 
 class LambdaStepController:
@@ -99,23 +109,31 @@ class LambdaStepController:
         self.step = float(step)
         self.steps = 0
         self.skipped = 0
+        self.direction = 0
 
     def update(self, measured: float, target: float) -> float:
         if not (math.isfinite(measured) and math.isfinite(target)):
             self.skipped += 1
             return self.value
         self.steps += 1
-        direction = -1.0 if measured < target else 1.0
-        self.value = min(1.0, max(0.0, self.value + direction * self.step))
+        self.direction = -1 if measured < target else 1
+        self.value = min(1.0, max(0.0, self.value + self.direction * self.step))
         return self.value
 
+    @property
+    def limit_push(self) -> int:
+        """+1 when the last update pushed lambda into 1, -1 into 0, else 0."""
+        return _limit_push(self.direction, self.value, 0.0, 1.0)
+
     def state_dict(self) -> dict:
-        return {"value": self.value, "steps": self.steps, "skipped": self.skipped, "config": {"step": self.step}}
+        return {"value": self.value, "steps": self.steps, "skipped": self.skipped, "direction": self.direction,
+                "config": {"step": self.step}}
 
     def load_state_dict(self, state: dict) -> None:
         self.value = float(state["value"])
         self.steps = int(state["steps"])
         self.skipped = int(state.get("skipped", 0))
+        self.direction = int(state.get("direction", 0))
 
 
 class PIController:
@@ -148,6 +166,7 @@ class PIController:
         self.integral = 0.0
         self.steps = 0
         self.skipped = 0
+        self.raw = 0.0  # the unclamped output of the last update
 
     def update(self, measured: float, target: float) -> float:
         if not (math.isfinite(measured) and math.isfinite(target)):
@@ -155,15 +174,21 @@ class PIController:
             return self.value
         self.steps += 1
         error = float(measured) - float(target)
-        raw = self.ki * self.integral + self.kp * error
-        self.value = min(self.alpha_max, max(self.alpha_min, raw))
+        self.raw = self.ki * self.integral + self.kp * error
+        self.value = min(self.alpha_max, max(self.alpha_min, self.raw))
         self.integral += error
         return self.value
+
+    @property
+    def limit_push(self) -> int:
+        """+1 when the last output was clamped at ``alpha_max``, -1 at ``alpha_min``, else 0."""
+        return 1 if self.raw > self.alpha_max else (-1 if self.raw < self.alpha_min else 0)
 
     def state_dict(self) -> dict:
         return {
             "value": self.value,
             "integral": self.integral,
+            "raw": self.raw,
             "steps": self.steps,
             "skipped": self.skipped,
             "config": {"kp": self.kp, "ki": self.ki, "alpha_min": self.alpha_min, "alpha_max": self.alpha_max},
@@ -172,5 +197,54 @@ class PIController:
     def load_state_dict(self, state: dict) -> None:
         self.value = float(state["value"])
         self.integral = float(state["integral"])
+        self.raw = float(state.get("raw", self.value))
         self.steps = int(state["steps"])
         self.skipped = int(state.get("skipped", 0))
+
+
+def _limit_push(direction: int, value: float, low: float, high: float) -> int:
+    if direction > 0 and value >= high:
+        return 1
+    if direction < 0 and value <= low:
+        return -1
+    return 0
+
+
+class SaturationMonitor:
+    """Tells when a feedback control can no longer close its error: for ``window`` consecutive updates its knob
+    has sat at a limit while the error kept asking to go further the same way (``push``: +1 or -1, 0 when the knob
+    is not at a limit or not pushed into it).
+
+    A saturated control is at its full authority: the target lies outside what this knob can reach on this model,
+    task and learning rate. :meth:`update` returns whether the control is saturated after this step; ``events``
+    counts the times it became saturated.
+    """
+
+    def __init__(self, window: int = 20):
+        if window < 1:
+            raise ValueError(f"saturation_window must be >= 1, got {window}.")
+        self.window = int(window)
+        self.push = 0
+        self.count = 0
+        self.events = 0
+
+    @property
+    def saturated(self) -> bool:
+        return self.count >= self.window
+
+    def update(self, push: int) -> bool:
+        was = self.saturated
+        push = _sign(push)
+        self.count = 0 if push == 0 else (self.count + 1 if push == self.push else 1)
+        self.push = push
+        if self.saturated and not was:
+            self.events += 1
+        return self.saturated
+
+    def state_dict(self) -> dict:
+        return {"push": self.push, "count": self.count, "events": self.events}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.push = int(state.get("push", 0))
+        self.count = int(state.get("count", 0))
+        self.events = int(state.get("events", 0))

@@ -119,6 +119,11 @@ class GRPOEntropyConfig(GRPOConfig):
             Optimizer steps during which the target is held at `entropy_schedule_start` before the shape begins.
         entropy_schedule_anneal_ratio (`float`, *optional*, defaults to `0.1`):
             For `"wsd"`: fraction of training, in (0, 1], spent annealing from start to end at the end of training.
+        saturation_window (`int`, *optional*, defaults to `20`):
+            A target-following control is *saturated* when, for this many optimizer steps in a row, its knob has sat
+            at a limit of its range (e.g. `epsilon_high` at `adaptive_clip_max`, lambda at 0, Entrocraft outside its
+            band) while the error kept asking to go further the same way: the target lies beyond what the knob can
+            reach here. Logged every step as `entropy_control/saturated` (1 or 0); the first time, a warning says so.
 
     > Adaptive clip-higher (`entropy_control="adaptive_clip"`)
 
@@ -271,6 +276,11 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_schedule_anneal_ratio: float = field(
         default=0.1,
         metadata={"help": "For 'wsd': fraction of training, in (0, 1], spent annealing at the end."},
+    )
+    saturation_window: int = field(
+        default=20,
+        metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
+                  "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
     )
     adaptive_clip_delta: float = field(
         default=0.02,
@@ -530,6 +540,9 @@ class GRPOEntropyConfig(GRPOConfig):
         # adaptive clip
         if not _is_number(self.adaptive_clip_delta) or self.adaptive_clip_delta <= 0:
             raise ValueError(f"adaptive_clip_delta must be a finite number > 0, got {self.adaptive_clip_delta!r}.")
+        if isinstance(self.saturation_window, bool) or not isinstance(self.saturation_window, int) \
+                or self.saturation_window < 1:
+            raise ValueError(f"saturation_window must be an integer >= 1, got {self.saturation_window!r}.")
         if not isinstance(self.adaptive_clip_window, int) or self.adaptive_clip_window < 1:
             raise ValueError(f"adaptive_clip_window must be an integer >= 1, got {self.adaptive_clip_window!r}.")
         if not _is_number(self.adaptive_clip_min) or self.adaptive_clip_min < 0:

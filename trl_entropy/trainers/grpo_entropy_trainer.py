@@ -45,6 +45,7 @@ from ..evaluation import EntropyPlotCallback, write_training_plots
 from ..losses.covariance import wide_float_dtype
 from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
+from ..scheduling.controllers import SaturationMonitor
 from ..scheduling.schedules import make_schedule
 from .grpo_entropy_config import GRPOEntropyConfig
 
@@ -304,6 +305,8 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_score_capture = False
         self._ec_scoring_entropies: torch.Tensor | None = None
         self._ec_all_rejected = 0
+        self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 20))
+        self._ec_warned_saturation = False
         self.entropy_target: float | None = None
         self.entropy_phase: str | None = None
         self.last_measured_entropy: float | None = None
@@ -750,7 +753,29 @@ class GRPOEntropyTrainer(GRPOTrainer):
         control.observe(measured, target)
         for key, value in control.metrics().items():
             metrics[METRIC_PREFIX + key].append(value)
+        if target is not None and control.follows_target:
+            self._check_saturation(control, measured, target)
         control.apply(self)
+
+    def _check_saturation(self, control, measured: float, target: float) -> None:
+        """Log `entropy_control/saturated` and warn the first time the control's knob stays at a limit while the
+        error keeps its sign for `saturation_window` steps (the target is out of the knob's reach)."""
+        saturated = self._ec_saturation.update(control.limit_push)
+        self._metrics["train"][METRIC_PREFIX + "saturated"].append(float(saturated))
+        if saturated and not self._ec_warned_saturation:
+            self._ec_warned_saturation = True
+            side = "below" if measured < target else "above"
+            knob = f"its knob {control.knob_name} = {control.knob:g}" if control.knob_name else "its knob"
+            warnings.warn(
+                f"Step {self.state.global_step}: entropy_control={control.name!r} is saturated: for "
+                f"{self._ec_saturation.window} steps {knob} has sat at a limit of its range while the entropy stayed "
+                f"{side} its target ({measured:.3f} vs {target:.3f} nats). The target is beyond what this control can "
+                "reach with this model, task and learning rate: widen the knob's range where it has one, choose a "
+                "reachable target, or use a control with more authority (docs: 'Knob authority'). Logged as "
+                "entropy_control/saturated.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     # ------------------------------------------------------------------ model card, pictures, Hub
     def _write_card_and_pictures(self, folder: str, model_name: str | None = None) -> None:
@@ -809,6 +834,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
             "target": self.entropy_target,
             "phase": self.entropy_phase,
             "last_measured_entropy": self.last_measured_entropy,
+            "saturation": self._ec_saturation.state_dict(),
             "state": self.entropy_control.state_dict(),
         }
         tmp = os.path.join(folder, CONTROL_STATE_FILE + ".tmp")
@@ -840,5 +866,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 f"entropy_control={current!r}. Resume with the same control, or start a new run."
             )
         self.entropy_control.load_state_dict(payload["state"])
+        self._ec_saturation.load_state_dict(payload.get("saturation", {}))
+        self._ec_warned_saturation = self._ec_saturation.events > 0
         self.last_measured_entropy = payload.get("last_measured_entropy")
         self.entropy_control.apply(self)
