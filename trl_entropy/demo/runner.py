@@ -218,10 +218,11 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         from ..model_card import write_model_card
 
         _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
+        card_name = f"testbed-{name}" if tb.name == "tiny" else f"{tb.name}-{name}"
         if ours:
-            trainer.create_model_card(model_name=f"{tb.name}-{name}")
+            trainer.create_model_card(model_name=card_name)
         else:
-            write_model_card(trainer, model_name=f"{tb.name}-{name}", base_model=tb.base_model)
+            write_model_card(trainer, model_name=card_name, base_model=tb.base_model)
     extra_keys = ("clip_ratio/high_mean", "clip_ratio/region_mean", "completions/mean_length")
     return {
         "method": name,

