@@ -230,9 +230,12 @@ class SaturationMonitor:
 
     @property
     def saturated(self) -> bool:
+        """Whether the last ``window`` updates all pushed into a limit in the same direction."""
         return self.count >= self.window
 
     def update(self, push: int) -> bool:
+        """Record one optimizer step's ``push`` (a control's ``limit_push``: +1, -1 or 0) and return
+        :attr:`saturated`. A push of the other sign, or 0, starts the count again."""
         was = self.saturated
         push = _sign(push)
         self.count = 0 if push == 0 else (self.count + 1 if push == self.push else 1)
