@@ -1,7 +1,8 @@
 """Shared plumbing of the benchmark scripts: one training run through the demo runner, cached in a JSONL file.
 
 A long benchmark (hours on the SmolLM2 testbed) is a list of independent runs. Each finished run is appended to
-``--results`` as one JSON line, keyed by (testbed, label, seed, steps, config); rerunning the script skips the runs
+``--results`` as one JSON line, keyed by (testbed and its settings, label, seed, steps, configuration); rerunning
+the script skips the runs
 already there, so an interrupted benchmark resumes where it stopped and the tables can be reprinted at no cost.
 """
 
@@ -38,12 +39,14 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     the cached result. The result is the demo runner's dict (curves per step), without evaluation."""
     from trl_entropy.demo import runner
 
-    key = run_key(testbed, label, seed, steps, [spec, method, target_start, schedule, end_ratio, anneal_ratio])
-    if key in results:
-        return results[key]
     settings = runner.DemoSettings(steps=steps, seed=seed, schedule=schedule, target_end_ratio=end_ratio,
                                    anneal_ratio=anneal_ratio, output_dir=output_dir, progress=False, testbed=testbed)
     tb = settings.get_testbed()
+    # the testbed's settings are part of the key: a change of its defaults (e.g. the learning rate) reruns
+    key = run_key(testbed, label, seed, steps,
+                  [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()])
+    if key in results:
+        return results[key]
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
     r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False)

@@ -41,15 +41,15 @@ ADVANTAGE_SIGN = {
 }
 RUNS = {
     "tiny": ADVANTAGE_SIGN,
-    "smollm2": {
+    "smollm2": {  # the most telling runs first: a partial benchmark already has them
         **ADVANTAGE_SIGN,
-        "epsilon_high 0.28 (DAPO)": (False, {"epsilon_high": 0.28}, "static clip-higher"),
         "epsilon_high 1.0": (False, {"epsilon_high": 1.0}, "static clip-higher"),
+        "entropy bonus, coef 0.1": (False, {"entropy_coef": 0.1}, "TRL entropy_coef"),
+        "epsilon_high 0.28 (DAPO)": (False, {"epsilon_high": 0.28}, "static clip-higher"),
+        "KL-Cov, ratio 0.2 (100x)": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 0.2}, "KL-Cov"),
         "Clip-Cov, ratio 2e-4 (paper)": (True, {"entropy_control": "clip_cov", "clip_cov_ratio": 2e-4}, "Clip-Cov"),
         "KL-Cov, ratio 2e-3 (paper)": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 2e-3}, "KL-Cov"),
-        "KL-Cov, ratio 0.2 (100x)": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 0.2}, "KL-Cov"),
         "entropy bonus, coef 0.01": (False, {"entropy_coef": 0.01}, "TRL entropy_coef"),
-        "entropy bonus, coef 0.1": (False, {"entropy_coef": 0.1}, "TRL entropy_coef"),
     },
 }
 DEFAULT_STEPS = {"tiny": 300, "smollm2": 100}

@@ -131,7 +131,8 @@ def test_entropic_weights_validation():
 
 
 def test_stage_progression():
-    vals = [positive_reweight_progression("stage", s, 100) for s in (0, 49, 50, 75, 100, 150)]
+    # 101 steps: the last, step 100, is p = 1 (lambda 1); step 50 is p = 0.5
+    vals = [positive_reweight_progression("stage", s, 101) for s in (0, 49, 50, 75, 100, 150)]
     assert vals == pytest.approx([0.0, 0.0, 0.0, 0.5, 1.0, 1.0])
 
 

@@ -27,7 +27,7 @@ def folder(tmp_path_factory):
 
 def test_problems_split_and_reward():
     train, test = addition.make_problems("train"), addition.make_problems("test")
-    assert len(train) + len(test) == 100 and 10 <= len(test) <= 30
+    assert len(train) + len(test) == 200 and 20 <= len(test) <= 60
     assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
     assert all(p["prompt"].startswith(addition.FEW_SHOT_PREFIX) for p in train + test)
     a, b = map(int, test[0]["prompt"][len(addition.FEW_SHOT_PREFIX):-1].split("+"))

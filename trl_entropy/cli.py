@@ -94,7 +94,8 @@ def demo_flags() -> list[tuple[str, dict]]:
 
 def demo_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trl-entropy demo", formatter_class=_HelpFormatter,
-                                description="Offline GRPO entropy-control demo on CPU: a tiny pretrained model "
+                                description="Offline GRPO entropy-control demo on CPU: a pretrained testbed model (tiny, or SmolLM2 "
+                                            "with --testbed smollm2) "
                                             "trained with and without entropy control, compared side by side.")
     for name, kwargs in demo_flags():
         _add_flag(p, name, **kwargs)
@@ -143,7 +144,7 @@ def __getattr__(name):
 USAGE = """usage: trl-entropy <command> [options]
 
 commands:
-  demo   offline GRPO entropy-control demo on a tiny pretrained model (CPU, no network)
+  demo   offline GRPO entropy-control demo on a testbed model: tiny, or SmolLM2-135M (CPU, no network)
          trl-entropy demo [--compare] [--steps N] ...            (trl-entropy demo --help lists every flag)
   grpo   `trl grpo` with GRPOEntropyTrainer: every GRPOEntropyConfig field, TRL's model flags (--use_peft,
          --lora_r, --dtype, --attn_implementation, ...) and dataset flags (--dataset_test_split, ...)

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-
 import math
+
+import torch
 
 from .losses import band_from_target, entrocraft_acceptance, entrocraft_sign, sign_weights
 from .losses.covariance import (
@@ -109,8 +109,9 @@ class EntropyControl:
 
     @property
     def limit_push(self) -> int:
-        """+1 or -1 when the last update left the knob at a limit of its range with the error asking to go further
-        that way (the control is at full authority), else 0. Read by the trainer's saturation monitor."""
+        """When the last update left the knob at a limit of its range with the error asking to go further that way
+        (the control is at full authority), the way the entropy still has to move: +1 up (it is below its target),
+        -1 down; else 0. Read by the trainer's saturation monitor."""
         return 0
 
     def transform_rollouts(self, advantages: torch.Tensor, ctx: RolloutContext) -> RolloutDecision:
@@ -157,9 +158,13 @@ def register_control(name: str) -> Callable[[type[EntropyControl]], type[Entropy
 
 
 class ControllerControl(EntropyControl):
-    """A control whose state is one feedback controller (``self.controller``) and whose knob is its value."""
+    """A control whose state is one feedback controller (``self.controller``) and whose knob is its value.
+
+    ``raises_entropy`` says which way a larger knob moves entropy (+1: up, as ``epsilon_high``; -1: down, as lambda
+    and EntroPIC's alpha), so that :attr:`limit_push` reports the way entropy must move."""
 
     controller: AdaptiveClipController | LambdaStepController
+    raises_entropy: int = 1
 
     @property
     def knob(self):
@@ -167,7 +172,7 @@ class ControllerControl(EntropyControl):
 
     @property
     def limit_push(self) -> int:
-        return self.controller.limit_push
+        return self.controller.limit_push * self.raises_entropy
 
     def state_dict(self):
         return self.controller.state_dict()
@@ -279,8 +284,8 @@ class EntrocraftControl(EntropyControl):
     @property
     def limit_push(self) -> int:
         # Entrocraft's knob has one setting per side: outside the band it is at its extreme (all rollouts of one
-        # advantage sign rejected in hard mode, nearly all with gamma = 10).
-        return int(self.last_sign)
+        # advantage sign rejected in hard mode, nearly all with gamma = 10). m = +1 above the band: entropy must fall.
+        return -int(self.last_sign)
 
     def state_dict(self):
         return {"generations": self.generations, "last_sign": self.last_sign}
@@ -296,6 +301,7 @@ class PositiveReweightControl(ControllerControl):
 
     uses_advantage_weights = True
     knob_name = "lambda"
+    raises_entropy = -1  # more weight on positive-advantage tokens sharpens the policy
 
     def __init__(self, args):
         super().__init__(args)
@@ -600,6 +606,7 @@ class EntropicControl(TokenHookControl, ControllerControl):
 
     follows_target = True
     knob_name = "alpha"
+    raises_entropy = -1  # alpha > 0 sharpens confident tokens
 
     def __init__(self, args):
         super().__init__(args)

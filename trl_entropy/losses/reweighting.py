@@ -162,13 +162,12 @@ def _nonneg_int(name: str, x) -> int:
 def positive_reweight_progression(kind: str, step: int, total_steps: int, num_epochs: int = 5) -> float:
     """The fixed lambda progressions of positive-advantage reweighting (Jin et al. 2025, section 7).
 
-    With training progress ``p = clamp(step / total_steps, 0, 1)``:
-
-    * ``"stage"``: lambda = 0 for the first half of training (p < 0.5), then linear 0 -> 1 over the second half
-      (lambda = 2p - 1).
-    * ``"epoch"``: training is split into ``num_epochs`` = E equal stages; in stage e = 1..E (``e = min(E,
-      floor(p * E) + 1)``) lambda = (e - 1) / (E - 1). The paper's stages are data epochs; deriving them from
-      step/total assumes equal-length epochs.
+    * ``"stage"``: with progress ``p = clamp(step / (total_steps - 1), 0, 1)`` (the last step, ``total_steps - 1``,
+      is ``p = 1``, as for the entropy schedules), lambda = 0 for the first half of training (p < 0.5), then linear
+      0 -> 1 over the second half (lambda = 2p - 1).
+    * ``"epoch"``: training is split into ``num_epochs`` = E equal stages of ``total_steps / E`` steps; in stage
+      e = 1..E (``e = min(E, floor(step * E / total_steps) + 1)``) lambda = (e - 1) / (E - 1). The paper's stages
+      are data epochs; deriving them from step/total assumes equal-length epochs.
 
     Args:
         kind: ``"stage"`` or ``"epoch"``.
@@ -187,7 +186,7 @@ def positive_reweight_progression(kind: str, step: int, total_steps: int, num_ep
         raise ValueError(f"step must be >= 0, got {step}.")
     if total_steps <= 0:
         raise ValueError(f"total_steps must be > 0, got {total_steps}.")
-    p = min(1.0, step / total_steps)
+    p = min(1.0, step / (total_steps - 1)) if total_steps > 1 else 1.0
     if kind == "stage":
         return 0.0 if p < 0.5 else 2.0 * p - 1.0
     num_epochs = _nonneg_int("num_epochs", num_epochs)

@@ -1,5 +1,5 @@
 from .callbacks import EntropyScheduleCallback
-from .controllers import AdaptiveClipController, LambdaStepController, PIController
+from .controllers import AdaptiveClipController, LambdaStepController, PIController, SaturationMonitor
 from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
 from .schedules import (
     CallableSchedule,
@@ -19,6 +19,7 @@ __all__ = [
     "AdaptiveClipController",
     "LambdaStepController",
     "PIController",
+    "SaturationMonitor",
     "CallableSchedule",
     "ConstantSchedule",
     "CosineSchedule",

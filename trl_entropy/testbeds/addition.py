@@ -1,7 +1,7 @@
-"""The SmolLM2 testbed's task: two-shot single-digit addition, answered on one line.
+"""The SmolLM2 testbed's task: two-shot addition of a number below 20 and a digit, answered on one line.
 
-SmolLM2-135M-Instruct (:func:`trl_entropy.testbeds.smollm2`) answers ``"2+5=7\n6+3=9\n8+4="`` correctly about 45% of
-the time when sampled at temperature 1, with ~0.5-0.8 nats of entropy per completion token, and generation stops at
+SmolLM2-135M-Instruct (:func:`trl_entropy.testbeds.smollm2`) answers ``"2+5=7\n6+3=9\n14+8="`` correctly about 45% of
+the time when sampled at temperature 1, with ~0.9-1.0 nats of entropy per completion token, and generation stops at
 the newline after the answer, so a completion is 2-3 tokens. Short prompts and completions keep an optimizer step
 within a few seconds on 2 CPU cores; see ``docs/testbeds.md`` for the measured dynamics.
 """
@@ -20,18 +20,21 @@ def _in_test_split(query: str) -> bool:
     return hashlib.sha256(query.encode()).digest()[0] < _TEST_FRACTION_BYTE
 
 
+A_RANGE, B_RANGE = range(20), range(10)  # 200 problems
+
+
 def make_problems(split: str = "train", prefix: str = FEW_SHOT_PREFIX) -> list[dict]:
-    """Every problem ``a+b=`` with single digits a, b of one split, as ``{"prompt", "answer"}`` rows.
+    """Every problem ``a+b=`` (a in 0..19, b in 0..9) of one split, as ``{"prompt", "answer"}`` rows.
 
     The prompt is ``prefix`` (two worked examples, one per line) followed by the query, e.g.
-    ``"2+5=7\\n6+3=9\\n8+4="``; the answer is the sum as text (``"12"``). The 100 problems are split by a hash of the
-    query into ``"train"`` (~80) and ``"test"`` (~20), the same split in every process and session.
+    ``"2+5=7\\n6+3=9\\n14+8="``; the answer is the sum as text (``"22"``). The 200 problems are split by a hash of
+    the query into ``"train"`` (~80%) and ``"test"`` (~20%), the same split in every process and session.
     """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
     rows = []
-    for a in range(10):
-        for b in range(10):
+    for a in A_RANGE:
+        for b in B_RANGE:
             query = f"{a}+{b}="
             if _in_test_split(query) == (split == "test"):
                 rows.append({"prompt": prefix + query, "answer": str(a + b)})

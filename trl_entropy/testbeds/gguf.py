@@ -116,7 +116,7 @@ def smollm2(cache_dir: str | None = None, gguf_path: str | None = None, stop_at_
     """``(model, tokenizer)``: SmolLM2-135M-Instruct in float32, loaded from the converted cache folder.
 
     With ``stop_at_newline`` (default) the model's generation config also ends a completion at a newline, so the
-    short-answer task of :mod:`trl_entropy.testbeds.addition` get one-line completions; GRPOTrainer reads every eos
+    short-answer task of :mod:`trl_entropy.testbeds.addition` gets one-line completions; GRPOTrainer reads every eos
     id of the generation config and masks the tokens after it. The tokenizer pads on the left, as GRPOTrainer needs.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer

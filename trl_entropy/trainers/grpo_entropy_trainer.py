@@ -289,7 +289,8 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if bound is not None:
             check_train_dataset(bound.arguments.get("train_dataset"), args)  # before the model is loaded
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
-        self._ec_nonfinite_rewards = 0
+        self._ec_nonfinite_rewards = 0  # global, over the run (training batches)
+        self._ec_pending_nonfinite_rewards = 0  # this process, since the last generation batch was checked
         self._ec_nonfinite_advantages = 0
         self._ec_reward_faults: dict[str, tuple[int, int, int]] = {}  # this batch: name -> (#NaN, #inf, #None)
         self._ec_unscorable_streak = 0  # consecutive training generation batches with no reward at all
@@ -434,7 +435,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
             self._ec_reward_faults[name] = (len(nan), len(inf), len(none))
         if not (nan or inf):
             return
-        self._ec_nonfinite_rewards += len(nan) + len(inf)
+        self._ec_pending_nonfinite_rewards += len(nan) + len(inf)
         what = " and ".join(
             f"{kind} for {len(idx)} completion(s) (first at index {idx[0]})"
             for kind, idx in (("NaN", nan), ("inf", inf))
@@ -447,7 +448,6 @@ class GRPOEntropyTrainer(GRPOTrainer):
             RuntimeWarning,
             stacklevel=2,
         )
-        self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
 
     def _describe_reward_faults(self) -> str:
         parts = []
@@ -507,14 +507,21 @@ class GRPOEntropyTrainer(GRPOTrainer):
 
     def _check_finite_advantages(self, output):
         """Rollouts whose advantage is NaN/inf (e.g. an infinite reward) get advantage 0, with a warning and a
-        counter, so they neither poison the loss nor reach a controller. Identical on every rank (count reduced)."""
+        counter, so they neither poison the loss nor reach a controller. Also logs the NaN/inf rewards the reward
+        functions returned for this batch. Both counts are summed over processes (every rank passes here in lockstep),
+        so every rank logs the same numbers; evaluation batches are not counted."""
+        pending, self._ec_pending_nonfinite_rewards = self._ec_pending_nonfinite_rewards, 0
         if not self.model.training:
             return output
         advantages = output["advantages"]
         bad = ~torch.isfinite(advantages)
         if bad.dim() > 1:
             bad = bad.any(dim=-1)
-        count = int(self.accelerator.reduce(bad.sum().float().reshape(1), "sum").item())
+        local = torch.stack([bad.sum().float(), torch.tensor(float(pending), device=bad.device)])
+        count, rewards = (int(v) for v in self.accelerator.reduce(local, "sum").tolist())
+        if rewards:
+            self._ec_nonfinite_rewards += rewards
+            self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
         if count == 0:
             return output
         self._ec_nonfinite_advantages += count
@@ -764,14 +771,14 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._metrics["train"][METRIC_PREFIX + "saturated"].append(float(saturated))
         if saturated and not self._ec_warned_saturation:
             self._ec_warned_saturation = True
-            side = "below" if measured < target else "above"
+            side = "below" if control.limit_push > 0 else "above"
             knob = f"its knob {control.knob_name} = {control.knob:g}" if control.knob_name else "its knob"
             warnings.warn(
                 f"Step {self.state.global_step}: entropy_control={control.name!r} is saturated: for "
                 f"{self._ec_saturation.window} steps {knob} has sat at a limit of its range while the entropy stayed "
                 f"{side} its target ({measured:.3f} vs {target:.3f} nats). The target is beyond what this control can "
                 "reach with this model, task and learning rate: widen the knob's range where it has one, choose a "
-                "reachable target, or use a control with more authority (docs: 'Knob authority'). Logged as "
+                "reachable target, or use a control with more authority (docs: testbeds, 'Knob authority'). Logged as "
                 "entropy_control/saturated.",
                 RuntimeWarning,
                 stacklevel=2,

@@ -1,0 +1,48 @@
+"""The benchmark scripts run end to end (a few steps on the tiny testbed) and their run cache resumes.
+
+They are measurement tools, not timed tests: this only checks that they work as documented.
+"""
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import knob_authority  # noqa: E402
+import tracking  # noqa: E402
+
+
+def test_knob_authority_caches_runs_and_reprints(tmp_path, capsys):
+    results = tmp_path / "knob.jsonl"
+    argv = ["--testbed", "tiny", "--steps", "4", "--runs", "plain GRPO", "positives only (Entrocraft above its band)",
+            "--results", str(results)]
+    knob_authority.main(argv)
+    first = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["label"] for r in rows] == ["plain GRPO", "positives only (Entrocraft above its band)"]
+    assert all(len(r["measured"]) == 4 for r in rows)
+    knob_authority.main(argv)  # everything cached: no new run, the same table
+    again = capsys.readouterr().out
+    assert len(results.read_text().splitlines()) == 2
+    assert first.split("\n\n")[-1] == again.split("\n\n")[-1]
+    assert "| plain GRPO |" in again
+
+
+def test_tracking_reports_the_smoothed_error(tmp_path, capsys):
+    results = tmp_path / "tracking.jsonl"
+    tracking.main(["--testbed", "tiny", "--steps", "4", "--targets", "constant", "--methods", "grpo", "entrocraft",
+                   "--h0", "0.8", "--results", str(results)])
+    out = capsys.readouterr().out
+    assert "| constant | entrocraft |" in out and "| constant | grpo |" in out
+    assert len(results.read_text().splitlines()) == 2
+
+
+def test_smoothed_error_is_taken_on_moving_averages_after_the_first_fifth():
+    measured = [2.0, 0.0] * 10  # oscillates around 1.0: raw error 100%, smoothed error small
+    target = [1.0] * 20
+    assert tracking.smoothed_error(measured, target) < 0.12
+    err, raw, settle = tracking.summarize(measured, target)
+    assert raw == 1.0 and settle is None and err < 0.12
+    assert tracking.smoothed_error([1.0] * 20, target) == 0.0
