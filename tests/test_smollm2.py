@@ -22,7 +22,10 @@ needs_model = pytest.mark.skipif(not HAVE_GGUF_FILE, reason=f"needs the SmolLM2 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return gguf.smollm2_folder(cache_dir=str(tmp_path_factory.mktemp("smollm2")), progress=False)
+    """The converted folder, in a cache of this module's own: ``$TRL_ENTROPY_CACHE/smollm2/<key>`` with
+    ``TRL_ENTROPY_CACHE`` = ``dirname(dirname(folder))``."""
+    root = tmp_path_factory.mktemp("cache")
+    return gguf.smollm2_folder(cache_dir=str(root / "smollm2"), progress=False)
 
 
 def test_problems_split_and_reward():
@@ -99,3 +102,20 @@ def test_two_grpo_steps_with_a_target_following_control(folder, tmp_path, monkey
     trainer.save_model()
     card = open(tmp_path / "README.md").read()
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
+
+
+@needs_model
+def test_the_smollm2_recipe_trains_through_the_cli(folder, tmp_path, monkeypatch):
+    from trl_entropy.cli import main
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", os.path.dirname(os.path.dirname(folder)))  # no second conversion
+    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "smollm2.yaml")
+    out = tmp_path / "run"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rc = main(["grpo", "--config", recipe, "--max_steps", "2", "--per_device_train_batch_size", "4",
+                   "--steps_per_generation", "2", "--output_dir", str(out), "--entropy_plots", "false"])
+    assert rc == 0
+    card = (out / "README.md").read_text()
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "entrocraft" in card
+    assert (out / "model.safetensors").exists()

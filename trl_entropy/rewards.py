@@ -81,9 +81,16 @@ def _testbed_reward():
     return accuracy_reward
 
 
+def _smollm2_addition_reward():
+    from .testbeds.addition import accuracy_reward
+
+    return accuracy_reward
+
+
 REWARD_FUNCTIONS: dict[str, Callable[[], Callable]] = {
     "boxed_accuracy": lambda: boxed_accuracy,
     "testbed": _testbed_reward,
+    "smollm2_addition": _smollm2_addition_reward,
 }
 
 
