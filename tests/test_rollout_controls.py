@@ -125,7 +125,8 @@ def test_positive_reweight_lambda_moves_with_entropy(tmp_path):
 def test_positive_reweight_stage_progression_needs_no_target(tmp_path):
     trainer = run(tiny_args(tmp_path, max_steps=4, entropy_control="positive_reweight",
                             positive_reweight_schedule="stage"))
-    assert history(trainer, "entropy_control/lambda") == pytest.approx([0.0, 0.0, 0.0, 0.5])
+    # steps 0..3 -> progress 0, 1/3, 2/3, 1: lambda 0 in the first half, then 2p - 1, reaching 1 on the last step
+    assert history(trainer, "entropy_control/lambda") == pytest.approx([0.0, 0.0, 1 / 3, 1.0])
 
 
 @pytest.mark.parametrize("control, kw", [("w_reinforce", dict(w_reinforce_lambda=1.0)),
