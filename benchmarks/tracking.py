@@ -73,6 +73,15 @@ def summarize(measured, target):
     return smoothed_error(measured, target), raw, settle
 
 
+def target_curve(schedule: str, start: float, end_ratio: float, steps, total_steps: int, anneal_ratio: float = 0.3):
+    """The target each logged step (1-based) saw, as the trainer evaluates it (at ``step - 1`` of ``total_steps``)."""
+    from trl_entropy.scheduling.schedules import make_schedule
+
+    sched = make_schedule(schedule, start=start, end=start * end_ratio if schedule != "constant" else None,
+                          anneal_ratio=anneal_ratio)
+    return [sched(s - 1, total_steps) for s in steps]
+
+
 def measure_h0(testbed_name: str, seed: int = 0) -> float:
     """The starting model's token-mean entropy on sampled completions of the training problems (the quantity
     `entropy_control/measured` reports), ~600 completions."""
@@ -119,9 +128,14 @@ def main(argv=None) -> None:
             for method in a.methods:
                 ours, overrides, desc = runner.METHODS[method]
                 spec = (ours, {**overrides, **extra.get(method, {})}, desc)
-                r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{a.label}",
-                               seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
-                               schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3)
+                if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
+                    r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{a.label}", seed=seed,
+                                   steps=steps, spec=spec, method=method, target_start=h0)
+                    r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
+                else:
+                    r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{a.label}",
+                                   seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
+                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3)
                 err, raw, settle = summarize(r["measured"], r["target"])
                 rows.append((target_name, method, seed, err, raw, settle, r["final_entropy"], r["final_reward"]))
                 print(f"  seed {seed} {target_name:<8} {method:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "

@@ -46,3 +46,16 @@ def test_smoothed_error_is_taken_on_moving_averages_after_the_first_fifth():
     err, raw, settle = tracking.summarize(measured, target)
     assert raw == 1.0 and settle is None and err < 0.12
     assert tracking.smoothed_error([1.0] * 20, target) == 0.0
+
+
+def test_plain_grpo_runs_once_and_is_scored_against_each_target(tmp_path, capsys):
+    results = tmp_path / "tracking.jsonl"
+    tracking.main(["--testbed", "tiny", "--steps", "4", "--targets", "constant", "linear", "--methods", "grpo",
+                   "--h0", "0.8", "--results", str(results)])
+    out = capsys.readouterr().out
+    assert len(results.read_text().splitlines()) == 1  # the target does not change plain GRPO's run
+    assert "| constant | grpo |" in out and "| linear | grpo |" in out
+    # the target curve is the schedule evaluated as the trainer does: step s (1-based) sees schedule(s - 1, total)
+    assert tracking.target_curve("constant", 0.48, 1.0, [1, 2, 3, 4], 4) == [0.48] * 4
+    linear = tracking.target_curve("linear", 0.8, 0.5, [1, 2, 3, 4], 4)
+    assert linear[0] == 0.8 and abs(linear[-1] - 0.4) < 1e-9
