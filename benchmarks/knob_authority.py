@@ -86,7 +86,7 @@ def main(argv=None) -> None:
           "steps; 'H halves': first step whose 10-step mean is at most half of the first 10 steps' mean.")
     print("| run | " + " | ".join(f"H@{m}" for m in marks[:-1]) + " | H final | reward start | reward final | "
           "H halves at step |")
-    print("|---" * (len(marks) + 5) + "|")
+    print("|---" * (len(marks) + 4) + "|")
     for name, rs in rows.items():
         cells = [mean_sd([r[0][i] for r in rs]) for i in range(len(marks))]
         halves = [r[3] for r in rs]
