@@ -179,11 +179,12 @@ def build_grpo_trainer(script_args: ScriptArguments, training_args, model_args: 
         model, tokenizer = _testbed_model()
     elif model == SMOLLM2:
         from .testbeds import smollm2
+        from .testbeds.gguf import HUB_ID
 
         # loaded here (not by path) so that its generation config stops at a newline, as the task needs
         model, tokenizer = smollm2(progress=False)
         if training_args.model_card_base_model is None:
-            training_args.model_card_base_model = "HuggingFaceTB/SmolLM2-135M-Instruct"
+            training_args.model_card_base_model = HUB_ID
     if isinstance(model, str):
         training_args.model_init_kwargs = _model_init_kwargs(model_args, training_args)
     train_dataset, eval_dataset = _load_splits(script_args, training_args.eval_strategy != "no", dataset_args)

