@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from trl_entropy.scheduling import AdaptiveClipController
+from trl_entropy.scheduling import AdaptiveClipController, LambdaStepController
 
 
 def make(**kw):
@@ -80,3 +80,63 @@ def test_state_roundtrip_continues_identically():
 def test_invalid_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         make(**kw)
+
+
+# ---------------------------------------------------------------- LambdaStepController (positive reweighting)
+
+def test_lambda_paper_rule_steps_by_the_sign_of_the_error():
+    lam = LambdaStepController(initial=0.5, step=0.1)
+    assert [round(lam.update(m, 1.0), 10) for m in (2.0, 2.0, 0.5, 0.99, 1.0)] == [0.6, 0.7, 0.6, 0.5, 0.6]
+
+
+def test_lambda_proportional_term_hand_computed():
+    # I steps as in the paper; lambda = clip(I + kp * (H - T) / T, 0, 1).
+    lam = LambdaStepController(initial=0.2, step=0.01, kp=0.5)
+    assert lam.update(1.5, 1.0) == pytest.approx(0.21 + 0.25)  # above target: I 0.21, P +0.25
+    assert lam.integral == pytest.approx(0.21)
+    assert lam.update(0.8, 1.0) == pytest.approx(0.20 - 0.10)  # below: I 0.20, P -0.10, in the same step
+    assert lam.update(0.2, 1.0) == 0.0  # 0.19 - 0.4 clipped at 0 ...
+    assert lam.integral == pytest.approx(0.19) and lam.limit_push == -1  # ... while I keeps its own value
+    assert lam.update(1.0, 1.0) == pytest.approx(0.20)  # on target: P 0, I steps up (the paper's "otherwise")
+
+
+def test_lambda_kp_zero_is_the_paper_rule_exactly():
+    seq = [(1.3, 1.0), (0.7, 1.0), (0.2, 0.9), (2.0, 0.5), (0.5, 0.5)]
+    a, b = LambdaStepController(0.3, 0.05), LambdaStepController(0.3, 0.05, kp=0.0)
+    assert [a.update(m, t) for m, t in seq] == [b.update(m, t) for m, t in seq]
+    assert all(x.value == x.integral for x in (a, b))
+
+
+def test_lambda_proportional_only_and_zero_target():
+    p = LambdaStepController(initial=0.0, step=0.0, kp=2.0)
+    assert p.update(1.25, 1.0) == pytest.approx(0.5) and p.integral == 0.0
+    assert p.update(0.5, 1.0) == 0.0
+    assert p.update(0.1, 0.0) == 1.0  # a zero target: any entropy is too much, finite and clipped
+
+
+def test_lambda_state_roundtrip_and_old_states():
+    a = LambdaStepController(0.1, 0.02, kp=0.7)
+    for m in (1.4, 1.2, 0.9):
+        a.update(m, 1.0)
+    b = LambdaStepController(0.1, 0.02, kp=0.7)
+    b.load_state_dict(a.state_dict())
+    assert [a.update(m, 1.0) for m in (0.5, 1.1)] == [b.update(m, 1.0) for m in (0.5, 1.1)]
+    old = {"value": 0.3, "steps": 4, "skipped": 0, "direction": 1}  # saved before kp existed
+    c = LambdaStepController(0.0, 0.1)
+    c.load_state_dict(old)
+    assert c.integral == 0.3 and c.update(2.0, 1.0) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(initial=1.5), "positive_reweight_lambda_init"),
+        (dict(step=1.5), "positive_reweight_step"),
+        (dict(kp=-1.0), "positive_reweight_kp"),
+        (dict(kp=math.inf), "positive_reweight_kp"),
+        (dict(step=0.0), "positive_reweight_kp > 0"),
+    ],
+)
+def test_lambda_invalid_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        LambdaStepController(**kw)

@@ -122,6 +122,24 @@ def test_positive_reweight_lambda_moves_with_entropy(tmp_path):
     assert history(down, "entropy_control/lambda") == pytest.approx([0.5, 0.45, 0.4, 0.35])  # below target
 
 
+def test_positive_reweight_proportional_term_acts_in_the_same_step(tmp_path):
+    # Target far above the measured entropy: the paper's rule walks lambda down by one step per update, the
+    # proportional term (kp * relative error ~ -0.95) sends it to 0 at the first update.
+    kw = dict(max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=50.0,
+              positive_reweight_lambda_init=0.5, positive_reweight_step=0.05)
+    pi = run(tiny_args(tmp_path / "a", positive_reweight_kp=1.0, **kw))
+    assert history(pi, "entropy_control/lambda") == pytest.approx([0.5, 0.0, 0.0, 0.0])
+    # Target 2.0: lambda = clip(I + kp * (H - 2) / 2, 0, 1) from the entropy measured on the step before.
+    up = run(tiny_args(tmp_path / "b", max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=2.0,
+                       positive_reweight_step=0.05, positive_reweight_kp=0.5))
+    measured, lam = history(up, "entropy_control/measured"), history(up, "entropy_control/lambda")
+    integral = 0.0
+    for k in range(1, 4):
+        integral = min(1.0, max(0.0, integral + (0.05 if measured[k - 1] >= 2.0 else -0.05)))
+        assert lam[k] == pytest.approx(min(1.0, max(0.0, integral + 0.5 * (measured[k - 1] - 2.0) / 2.0)), abs=1e-6)
+    assert any(0.0 < x < 1.0 for x in lam[1:])  # the formula was exercised away from the clamps
+
+
 def test_positive_reweight_stage_progression_needs_no_target(tmp_path):
     trainer = run(tiny_args(tmp_path, max_steps=4, entropy_control="positive_reweight",
                             positive_reweight_schedule="stage"))

@@ -307,7 +307,8 @@ class PositiveReweightControl(ControllerControl):
         super().__init__(args)
         self.kind = args.positive_reweight_schedule
         self.follows_target = self.kind == "entropy"
-        self.controller = LambdaStepController(args.positive_reweight_lambda_init, args.positive_reweight_step)
+        self.controller = LambdaStepController(args.positive_reweight_lambda_init, args.positive_reweight_step,
+                                               args.positive_reweight_kp)
 
     def advantage_weights(self, advantages, step, total_steps):
         if self.kind != "entropy":

@@ -96,17 +96,30 @@ class AdaptiveClipController:
 class LambdaStepController:
     """Entropy-guided weight of positive-advantage tokens (Jin et al., "Revisiting Entropy", §7).
 
-    ``lambda <- clip(lambda - step, 0, 1)`` when the measured entropy is below the target (positive-advantage
-    updates sharpen the policy, so give them less weight), ``lambda <- clip(lambda + step, 0, 1)`` otherwise.
+    The paper's rule (``kp = 0``, the default): ``lambda <- clip(lambda - step, 0, 1)`` when the measured entropy is
+    below the target (positive-advantage updates sharpen the policy, so give them less weight),
+    ``lambda <- clip(lambda + step, 0, 1)`` otherwise.
+
+    With ``kp > 0`` the paper's stepped value becomes the integral part ``I`` of a proportional-integral form:
+    ``lambda = clip(I + kp * e, 0, 1)`` with the relative error ``e = (measured - target) / target``. The
+    proportional part answers a fall of entropy in the same step, where the stepped value alone keeps weighting
+    positives until it has walked back down (on SmolLM2 the collapse it lets through takes 10-15 steps and
+    negatives-only updates do not undo it). ``step = 0`` with ``kp > 0`` is a proportional-only control.
     """
 
-    def __init__(self, initial: float = 0.0, step: float = 0.05):
+    def __init__(self, initial: float = 0.0, step: float = 0.05, kp: float = 0.0):
         if not (0.0 <= initial <= 1.0):
             raise ValueError(f"positive_reweight_lambda_init must be in [0, 1], got {initial}.")
-        if not (0.0 < step <= 1.0):
-            raise ValueError(f"positive_reweight_step must be in (0, 1], got {step}.")
+        if not (0.0 <= step <= 1.0):
+            raise ValueError(f"positive_reweight_step must be in [0, 1], got {step}.")
+        if not (math.isfinite(kp) and kp >= 0.0):
+            raise ValueError(f"positive_reweight_kp must be a finite number >= 0, got {kp}.")
+        if step == 0.0 and kp == 0.0:
+            raise ValueError("positive_reweight_step = 0 needs positive_reweight_kp > 0, else lambda never moves.")
         self.value = float(initial)
+        self.integral = float(initial)
         self.step = float(step)
+        self.kp = float(kp)
         self.steps = 0
         self.skipped = 0
         self.direction = 0
@@ -117,7 +130,9 @@ class LambdaStepController:
             return self.value
         self.steps += 1
         self.direction = -1 if measured < target else 1
-        self.value = min(1.0, max(0.0, self.value + self.direction * self.step))
+        self.integral = min(1.0, max(0.0, self.integral + self.direction * self.step))
+        error = (float(measured) - float(target)) / max(float(target), 1e-6)
+        self.value = min(1.0, max(0.0, self.integral + self.kp * error))
         return self.value
 
     @property
@@ -126,11 +141,12 @@ class LambdaStepController:
         return _limit_push(self.direction, self.value, 0.0, 1.0)
 
     def state_dict(self) -> dict:
-        return {"value": self.value, "steps": self.steps, "skipped": self.skipped, "direction": self.direction,
-                "config": {"step": self.step}}
+        return {"value": self.value, "integral": self.integral, "steps": self.steps, "skipped": self.skipped,
+                "direction": self.direction, "config": {"step": self.step, "kp": self.kp}}
 
     def load_state_dict(self, state: dict) -> None:
         self.value = float(state["value"])
+        self.integral = float(state.get("integral", state["value"]))  # states saved before kp existed: I = lambda
         self.steps = int(state["steps"])
         self.skipped = int(state.get("skipped", 0))
         self.direction = int(state.get("direction", 0))

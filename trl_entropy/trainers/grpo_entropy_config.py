@@ -194,7 +194,12 @@ class GRPOEntropyConfig(GRPOConfig):
         positive_reweight_lambda_init (`float`, *optional*, defaults to `0.0`):
             Initial lambda, in [0, 1].
         positive_reweight_step (`float`, *optional*, defaults to `0.05`):
-            Step of lambda per optimizer step for the `"entropy"` schedule, in (0, 1].
+            Step of lambda per optimizer step for the `"entropy"` schedule, in [0, 1] (0 only with
+            `positive_reweight_kp > 0`).
+        positive_reweight_kp (`float`, *optional*, defaults to `0.0`):
+            Proportional gain for the `"entropy"` schedule, >= 0. 0 is the paper's stepped rule. With kp > 0 the
+            stepped value I becomes the integral part and lambda = clip(I + kp * (H - target) / target, 0, 1), so
+            lambda drops in the same step in which entropy falls below the target.
         positive_reweight_epochs (`int`, *optional*, defaults to `5`):
             Number of equal stages E for the `"epoch"` schedule; >= 2.
         w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
@@ -357,7 +362,14 @@ class GRPOEntropyConfig(GRPOConfig):
         default=0.0, metadata={"help": "Positive reweighting: initial lambda, in [0, 1]."}
     )
     positive_reweight_step: float = field(
-        default=0.05, metadata={"help": "Positive reweighting: lambda step per optimizer step, in (0, 1]."}
+        default=0.05,
+        metadata={"help": "Positive reweighting: lambda step per optimizer step, in [0, 1] (0 only with "
+                  "positive_reweight_kp > 0)."},
+    )
+    positive_reweight_kp: float = field(
+        default=0.0,
+        metadata={"help": "Positive reweighting: proportional gain on the relative entropy error, >= 0; 0 is the "
+                  "paper's stepped rule, > 0 adds lambda += kp * (H - target) / target."},
     )
     positive_reweight_epochs: int = field(
         default=5, metadata={"help": "Positive reweighting, 'epoch' schedule: number of stages E; >= 2."}
@@ -629,7 +641,8 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_range("entrocraft_gamma", 0.0, math.inf)
         self._validate_range("entrocraft_band", 0.0, math.inf)
         self._validate_range("positive_reweight_lambda_init", 0.0, 1.0)
-        self._validate_range("positive_reweight_step", 0.0, 1.0, low_open=True)
+        self._validate_range("positive_reweight_kp", 0.0, math.inf)
+        self._validate_range("positive_reweight_step", 0.0, 1.0, low_open=self.positive_reweight_kp == 0)
         self._validate_range("w_reinforce_lambda", 0.0, 1.0)
         if not isinstance(self.positive_reweight_epochs, int) or self.positive_reweight_epochs < 2:
             raise ValueError(f"positive_reweight_epochs must be an integer >= 2, got {self.positive_reweight_epochs!r}.")
