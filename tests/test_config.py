@@ -192,3 +192,14 @@ def test_bool_check_reads_annotations_not_fields_rewritten_by_the_argument_parse
 
     HfArgumentParser(GRPOEntropyConfig)  # rewrites Field.type in place (e.g. `str | bool` becomes `bool`)
     assert cfg().include_num_input_tokens_seen == "no"  # a `str | bool` field keeps accepting its string default
+
+
+def test_feedback_fields_under_a_fixed_lambda_progression_warn():
+    with pytest.warns(UserWarning, match=r"positive_reweight_step, positive_reweight_kp are ignored: "
+                                         r"positive_reweight_schedule='epoch' is a fixed progression"):
+        cfg(entropy_control="positive_reweight", positive_reweight_schedule="epoch", positive_reweight_step=0.01,
+            positive_reweight_kp=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        cfg(entropy_control="positive_reweight", positive_reweight_schedule="stage")
+        cfg(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_kp=1.0)

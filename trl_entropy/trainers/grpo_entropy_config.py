@@ -656,6 +656,17 @@ class GRPOEntropyConfig(GRPOConfig):
                 "entrocraft_entropy_source='scoring_pass' needs the old-log-prob pass TRL runs only for off-policy "
                 "updates or vLLM; use 'auto', 'extra_pass' or 'lagged', or train off-policy."
             )
+        if self.entropy_control == "positive_reweight" and self.positive_reweight_schedule != "entropy":
+            feedback_only = [n for n in ("positive_reweight_lambda_init", "positive_reweight_step", "positive_reweight_kp")
+                             if getattr(self, n) != self.__dataclass_fields__[n].default]
+            if feedback_only:
+                warnings.warn(
+                    f"{', '.join(feedback_only)} {'is' if len(feedback_only) == 1 else 'are'} ignored: "
+                    f"positive_reweight_schedule={self.positive_reweight_schedule!r} is a fixed progression; "
+                    "they belong to the 'entropy' (feedback) schedule.",
+                    UserWarning,
+                    stacklevel=3,
+                )
         if self.entropy_control == "entrocraft" and self.entrocraft_normalizer == "kept" and self.loss_type == "dr_grpo":
             warnings.warn(
                 "loss_type='dr_grpo' divides by a constant (batch size x max_completion_length); with "
