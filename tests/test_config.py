@@ -64,7 +64,7 @@ def test_target_control_defaults_to_constant_schedule():
         (dict(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_lambda_init=1.5),
          "positive_reweight_lambda_init"),
         (dict(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_step=0.0),
-         "positive_reweight_step"),
+         "positive_reweight_step = 0 with positive_reweight_kp = 0"),
         (dict(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_kp=-1.0),
          "positive_reweight_kp"),
         (dict(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_kp=0.5,

@@ -642,7 +642,12 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_range("entrocraft_band", 0.0, math.inf)
         self._validate_range("positive_reweight_lambda_init", 0.0, 1.0)
         self._validate_range("positive_reweight_kp", 0.0, math.inf)
-        self._validate_range("positive_reweight_step", 0.0, 1.0, low_open=self.positive_reweight_kp == 0)
+        if self.positive_reweight_step == 0 and self.positive_reweight_kp == 0:
+            raise ValueError(
+                "positive_reweight_step = 0 with positive_reweight_kp = 0 would never move lambda: set "
+                "positive_reweight_step in (0, 1], or positive_reweight_kp > 0 for a proportional-only rule."
+            )
+        self._validate_range("positive_reweight_step", 0.0, 1.0)
         self._validate_range("w_reinforce_lambda", 0.0, 1.0)
         if not isinstance(self.positive_reweight_epochs, int) or self.positive_reweight_epochs < 2:
             raise ValueError(f"positive_reweight_epochs must be an integer >= 2, got {self.positive_reweight_epochs!r}.")
