@@ -104,7 +104,9 @@ class LambdaStepController:
     ``lambda = clip(I + kp * e, 0, 1)`` with the relative error ``e = (measured - target) / target``. The
     proportional part answers a fall of entropy in the same step, where the stepped value alone keeps weighting
     positives until it has walked back down (on SmolLM2 the collapse it lets through takes 10-15 steps and
-    negatives-only updates do not undo it). ``step = 0`` with ``kp > 0`` is a proportional-only control.
+    negatives-only updates do not undo it). ``step = 0`` with ``kp > 0`` is a proportional-only control. Measured
+    on SmolLM2 (docs/benchmarks.md) it did not track better: kp 1 and 3 let positives in at full weight while the first
+    batches sat above the target, which started the collapse sooner.
     """
 
     def __init__(self, initial: float = 0.0, step: float = 0.05, kp: float = 0.0):

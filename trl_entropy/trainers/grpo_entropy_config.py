@@ -199,7 +199,8 @@ class GRPOEntropyConfig(GRPOConfig):
         positive_reweight_kp (`float`, *optional*, defaults to `0.0`):
             Proportional gain for the `"entropy"` schedule, >= 0. 0 is the paper's stepped rule. With kp > 0 the
             stepped value I becomes the integral part and lambda = clip(I + kp * (H - target) / target, 0, 1), so
-            lambda drops in the same step in which entropy falls below the target.
+            lambda drops in the same step in which entropy falls below the target. On SmolLM2 it did not track
+            better than the paper's rule (docs/benchmarks.md).
         positive_reweight_epochs (`int`, *optional*, defaults to `5`):
             Number of equal stages E for the `"epoch"` schedule; >= 2.
         w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
