@@ -466,10 +466,8 @@ class GRPOEntropyConfig(GRPOConfig):
             if isinstance(value, str) or (own and not isinstance(value, bool)):
                 raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
 
-    def _schedule_fields_set(self) -> list[str]:
-        """The entropy_schedule* fields set to something other than their default."""
-        names = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end", "entropy_schedule_warmup_steps",
-                 "entropy_schedule_anneal_ratio")
+    def _fields_set(self, *names: str) -> list[str]:
+        """Those of ``names`` whose value differs from the field's default."""
         return [n for n in names if getattr(self, n) != self.__dataclass_fields__[n].default]
 
     def _validate_entropy_fields(self) -> None:
@@ -485,7 +483,8 @@ class GRPOEntropyConfig(GRPOConfig):
         control = self.entropy_control
         fixed_progression = control == "positive_reweight" and self.positive_reweight_schedule != "entropy"
         follows_target = control in TARGET_FOLLOWING_CONTROLS and not fixed_progression
-        schedule_fields_set = self._schedule_fields_set()
+        schedule_fields_set = self._fields_set("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
+                                               "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")
         if control == "none" and schedule_fields_set:
             raise ValueError(
                 f"{', '.join(schedule_fields_set)} {'is' if len(schedule_fields_set) == 1 else 'are'} set but "
@@ -663,8 +662,8 @@ class GRPOEntropyConfig(GRPOConfig):
                 "updates or vLLM; use 'auto', 'extra_pass' or 'lagged', or train off-policy."
             )
         if self.entropy_control == "positive_reweight" and self.positive_reweight_schedule != "entropy":
-            feedback_only = [n for n in ("positive_reweight_lambda_init", "positive_reweight_step", "positive_reweight_kp")
-                             if getattr(self, n) != self.__dataclass_fields__[n].default]
+            feedback_only = self._fields_set("positive_reweight_lambda_init", "positive_reweight_step",
+                                             "positive_reweight_kp")
             if feedback_only:
                 warnings.warn(
                     f"{', '.join(feedback_only)} {'is' if len(feedback_only) == 1 else 'are'} ignored: "
