@@ -112,6 +112,11 @@ def test_demo_passes_the_flags_to_demo_settings(monkeypatch):
     s = seen["settings"]
     assert seen["methods"] == [cli.DEMO_DEFAULT_METHOD]
     assert (s.steps, s.target_start, s.output_dir, s.progress, s.schedule) == (3, 0.9, "o", False, "wsd")
+    assert s.save_models is None and s.keeps_models  # default: the testbed decides (tiny: keep)
+    assert cli.main(["demo", "--testbed", "smollm2", "--no-progress"]) == 0
+    assert seen["settings"].save_models is None and seen["settings"].keeps_models is False  # ~540 MB a run
+    assert cli.main(["demo", "--testbed", "smollm2", "--save-models", "--no-progress"]) == 0
+    assert seen["settings"].save_models is True and seen["settings"].keeps_models is True
     assert cli.main(["demo", "--compare", "--no_progress"]) == 0
     assert seen["methods"] == list(cli.DEMO_METHODS)
 

@@ -37,6 +37,10 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     card = (tmp_path / "out" / "runs" / "adaptive_clip" / "README.md").read_text()
     assert "# testbed-adaptive_clip" in card and "![Measured entropy vs target](entropy_curves.png)" in card
     assert (tmp_path / "out" / "runs" / "adaptive_clip" / "entropy_curves.png").exists()
+    # the tiny testbed keeps each run's weights next to its card, so the card's pipeline line loads them
+    assert "held no model weights" not in card and 'pipeline("text-generation", model=' in card
+    for name in runner.METHODS:
+        assert (tmp_path / "out" / "runs" / name / "model.safetensors").exists(), name
     ac_pass = ac["pass_at_k"]
     assert "pass@k on held-out problems" in card and f"| pass@k | {ac_pass[1]:.3f} |" in card
     # the plain TRL runs' folders are not empty: pictures and a card (with TRL's own knob for the adaptive one)

@@ -59,6 +59,13 @@ def test_card_shows_the_epsilon_high_used_and_the_knob_over_the_run(tmp_path):
     assert min(used) < max(used) and final != used[-1]  # it moved, and the last update is not in the log
     assert (f"**Knob** `epsilon_high`: started at 0.2 (unset; TRL uses `epsilon`), ranged over [{min(used):.4g}, "
             f"{max(used):.4g}] in the 4 logged step(s), ended at **{final:.4g}** (after the last update).") in card
+    # nothing saved in output_dir yet: the "Use" section says so instead of pointing a pipeline at an empty folder
+    out = trainer.args.output_dir
+    assert f"`{out}` held no model weights when this card was written" in card
+    assert f'trainer.save_model("{out}")' in card and "--save-models" in card
+    trainer.save_model()  # weights first, then the card: it loads what is there
+    assert "held no model weights" not in (tmp_path / "out" / "README.md").read_text()
+    assert "held no model weights" not in render_model_card(trainer)
 
 
 def test_card_names_the_hub_base_model_of_a_local_folder(tmp_path):

@@ -88,6 +88,9 @@ def demo_flags() -> list[tuple[str, dict]]:
         ("anneal_ratio", dict(type=float, default=0.3, help="fraction of the steps the 'wsd' schedule anneals over")),
         ("seed", dict(type=int, default=0, help="random seed of every method's run")),
         ("output_dir", dict(default="demo_out", help="folder for the table, plots, metrics and model cards")),
+        ("save_models", dict(action="store_true", default=None,
+                             help="keep every run's trained model in its folder, next to its card (default: yes on "
+                                  "the tiny testbed, no on smollm2, where each takes ~540 MB)")),
         ("no_progress", dict(action="store_true", help="hide the progress bars")),
     ]
 

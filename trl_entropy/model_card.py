@@ -218,6 +218,18 @@ def _usage_text(where: str, hub: str | None, local: str | None, adapter) -> str:
             "model = model.merge_and_unload()  # optional: one plain transformers model\n```")
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+                "adapter_model.safetensors", "adapter_model.bin")
+
+
+def _no_weights_note(folder: str) -> str:
+    """A line for the "Use" section when ``folder`` holds no saved model yet (empty when it does)."""
+    if any(os.path.exists(os.path.join(folder, f)) for f in WEIGHT_FILES):
+        return ""
+    return (f"\n\n`{folder}` held no model weights when this card was written: save them there first "
+            f"(`trainer.save_model(\"{folder}\")`; `trl-entropy demo --save-models` does so for every run).")
+
+
 def _epsilon_high_text(args) -> str:
     """TRL clips the ratio at 1 + epsilon_high and uses `epsilon` when `epsilon_high` is None: show the value used."""
     if getattr(args, "epsilon_high", None) is not None:
@@ -317,6 +329,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     yaml_header = "\n".join(header + [f"library_name: {library}", "tags:"] + [f"- {t}" for t in tags])
     where = getattr(trainer, "hub_model_id", None) or getattr(args, "hub_model_id", None) or folder
     usage = _usage_text(where, hub_base, local_base, adapter)
+    if where == folder:  # a local folder, not a Hub repository: say so if the weights are not there (yet)
+        usage += _no_weights_note(folder)
     if adapter is not None:
         usage += "\n\n" + _table(_adapter_facts(adapter), header=("adapter", "value"))
     training = [("max_steps", trainer.state.max_steps), ("learning_rate", args.learning_rate),

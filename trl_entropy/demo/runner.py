@@ -43,6 +43,13 @@ class DemoSettings:
     recipe: testbed.TestbedRecipe = field(default_factory=testbed.TestbedRecipe)
     extra: dict[str, Any] = field(default_factory=dict)
     testbed: str = "tiny"  # a name of trl_entropy.testbeds.TESTBEDS
+    # keep each run's trained weights in its folder, next to its model card; None: yes for the tiny testbed
+    # (~0.3 MB a run), no for SmolLM2 (~540 MB a run: the card then says that the folder holds no weights)
+    save_models: bool | None = None
+
+    @property
+    def keeps_models(self) -> bool:
+        return self.save_models if self.save_models is not None else self.testbed == "tiny"
 
     def get_testbed(self):
         from ..testbeds import get_testbed
@@ -219,6 +226,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
 
         _log_aside(trainer, {f"eval/pass@{k}": v for k, v in pass_k.items()})
         card_name = f"testbed-{name}" if tb.name == "tiny" else f"{tb.name}-{name}"
+        if settings.keeps_models:  # first the weights, so that the card's "Use" section loads what is there
+            trainer.save_model()
         if ours:
             trainer.create_model_card(model_name=card_name)
         else:
