@@ -50,6 +50,9 @@ RUNS = {
         "Clip-Cov, ratio 2e-4 (paper)": (True, {"entropy_control": "clip_cov", "clip_cov_ratio": 2e-4}, "Clip-Cov"),
         "KL-Cov, ratio 2e-3 (paper)": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 2e-3}, "KL-Cov"),
         "entropy bonus, coef 0.01": (False, {"entropy_coef": 0.01}, "TRL entropy_coef"),
+        # 10x and 100x the papers' ratios select the same single token as 1x at ~36-48 tokens per step, so the
+        # next size that selects more is 1000x for Clip-Cov (KL-Cov's 100x already does)
+        "Clip-Cov, ratio 0.2 (1000x)": (True, {"entropy_control": "clip_cov", "clip_cov_ratio": 0.2}, "Clip-Cov"),
     },
 }
 DEFAULT_STEPS = {"tiny": 300, "smollm2": 100}
