@@ -218,13 +218,14 @@ def _usage_text(where: str, hub: str | None, local: str | None, adapter) -> str:
             "model = model.merge_and_unload()  # optional: one plain transformers model\n```")
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
-                "adapter_model.safetensors", "adapter_model.bin")
-
-
 def _no_weights_note(folder: str) -> str:
     """A line for the "Use" section when ``folder`` holds no saved model yet (empty when it does)."""
-    if any(os.path.exists(os.path.join(folder, f)) for f in WEIGHT_FILES):
+    from peft.utils import SAFETENSORS_WEIGHTS_NAME as ADAPTER_SAFE, WEIGHTS_NAME as ADAPTER_BIN
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+    # the file names save_model() writes: full model (single file or sharded index) or a PEFT adapter
+    names = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME, ADAPTER_SAFE, ADAPTER_BIN)
+    if any(os.path.exists(os.path.join(folder, f)) for f in names):
         return ""
     return (f"\n\n`{folder}` held no model weights when this card was written: save them there first "
             f"(`trainer.save_model(\"{folder}\")`; `trl-entropy demo --save-models` does so for every run).")
