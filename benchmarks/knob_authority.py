@@ -54,8 +54,13 @@ RUNS = {
         # next size that selects more is 1000x for Clip-Cov (KL-Cov's 100x already does)
         "Clip-Cov, ratio 0.2 (1000x)": (True, {"entropy_control": "clip_cov", "clip_cov_ratio": 0.2}, "Clip-Cov"),
     },
+    # the harder task, where groups keep both advantage signs longer: the advantage-sign knobs and the clip bound
+    "smollm2_hard": {
+        **ADVANTAGE_SIGN,
+        "epsilon_high 1.0": (False, {"epsilon_high": 1.0}, "static clip-higher"),
+    },
 }
-DEFAULT_STEPS = {"tiny": 300, "smollm2": 100}
+DEFAULT_STEPS = {"tiny": 300, "smollm2": 100, "smollm2_hard": 100}
 
 
 def main(argv=None) -> None:

@@ -36,9 +36,17 @@ warnings.filterwarnings("ignore")
 TARGETS = {  # testbed -> name -> (schedule, start as a fraction of H0, end as a fraction of start)
     "tiny": {"constant": ("constant", 0.6, 1.0), "linear": ("linear", 1.0, 0.5), "wsd": ("wsd", 1.0, 0.5)},
     "smollm2": {"hold": ("constant", 1.0, 1.0), "wsd": ("wsd", 1.0, 0.5)},
+    "smollm2_hard": {"hold": ("constant", 1.0, 1.0), "wsd": ("wsd", 1.0, 0.5)},
 }
-DEFAULT_METHODS = ["grpo", "trl_adaptive_entropy", "adaptive_clip", "entrocraft", "positive_reweight", "entropic"]
-DEFAULT_STEPS = {"tiny": 200, "smollm2": 150}
+# TRL's rule as the earlier benchmark runs ran it: a plain GRPOTrainer with use_adaptive_entropy and
+# EntropyScheduleCallback (kept under its old label so that the cached runs serve); it trains exactly as
+# entropy_control="trl_adaptive" (tests/test_entropy_bonus.py).
+BASELINES = {
+    "trl_adaptive_entropy": (False, {"use_adaptive_entropy": True, "entropy_coef": 0.0},
+                             "TRL's adaptive entropy coefficient (Skywork-OR1), target driven by the same schedule"),
+}
+DEFAULT_METHODS = ["grpo", "trl_adaptive_entropy", "entropy_bonus", "adaptive_clip", "entrocraft", "positive_reweight", "entropic"]
+DEFAULT_STEPS = {"tiny": 200, "smollm2": 150, "smollm2_hard": 100}
 
 
 def relative_errors(measured, target):
@@ -105,7 +113,7 @@ def main(argv=None) -> None:
     p.add_argument("--testbed", default="tiny", choices=sorted(TARGETS))
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: tiny 200, smollm2 150)")
     p.add_argument("--targets", nargs="+", default=None, help="target names (default: all of the testbed's)")
-    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=list(runner.METHODS))
+    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=[*runner.METHODS, *BASELINES])
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
     p.add_argument("--h0", type=float, default=None, help="starting entropy (default: measured by sampling)")
     p.add_argument("--extra", default="{}", help="JSON {method: {config overrides}}, e.g. tuned controller gains")
@@ -126,7 +134,7 @@ def main(argv=None) -> None:
         for target_name in targets:
             schedule, start_frac, end_ratio = TARGETS[a.testbed][target_name]
             for method in a.methods:
-                ours, overrides, desc = runner.METHODS[method]
+                ours, overrides, desc = {**runner.METHODS, **BASELINES}[method]
                 spec = (ours, {**overrides, **extra.get(method, {})}, desc)
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{a.label}", seed=seed,

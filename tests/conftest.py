@@ -60,6 +60,14 @@ CONTROL_CONFIGS = {
     "kl_cov": dict(entropy_control="kl_cov", kl_cov_ratio=0.1),
     "clip_cov": dict(entropy_control="clip_cov", clip_cov_ratio=0.1, clip_cov_lb=-10.0, clip_cov_ub=10.0),
     "entropic": dict(entropy_control="entropic", entropy_schedule_start=2.6, entropic_high_prob_threshold=0.05),
+    "entropy_bonus": dict(entropy_control="entropy_bonus", entropy_schedule_start=2.6),
+    "entropy_bonus_initial": dict(entropy_control="entropy_bonus", entropy_schedule="wsd",
+                                  entropy_schedule_start="initial", entropy_schedule_end="0.5*initial",
+                                  entropy_schedule_anneal_ratio=0.5),
+    "trl_adaptive": dict(entropy_control="trl_adaptive", entropy_schedule_start=2.6, entropy_coef_delta=0.01),
+    # adaptive clip with a one-step-wide range: saturated at once, so the bonus takes over within the run
+    "adaptive_clip_assist": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.63, adaptive_clip_window=1,
+                                 adaptive_clip_max=0.2, entropy_bonus_assist=True, entropy_bonus_assist_window=1),
 }
 
 

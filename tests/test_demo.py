@@ -43,16 +43,16 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
         assert (tmp_path / "out" / "runs" / name / "model.safetensors").exists(), name
     ac_pass = ac["pass_at_k"]
     assert "pass@k on held-out problems" in card and f"| pass@k | {ac_pass[1]:.3f} |" in card
-    # the plain TRL runs' folders are not empty: pictures and a card (with TRL's own knob for the adaptive one)
-    for name in ("grpo", "trl_adaptive_entropy"):
-        folder = tmp_path / "out" / "runs" / name
-        assert {"README.md", "entropy_curves.png", "reward.png", "pass_at_k.png"} <= set(os.listdir(folder)), name
-        card = (folder / "README.md").read_text()
-        assert f"# testbed-{name}" in card and "library_name: transformers" in card
-    card = (tmp_path / "out" / "runs" / "trl_adaptive_entropy" / "README.md").read_text()
-    assert "**Method:** `use_adaptive_entropy`: TRL's adaptive entropy coefficient" in card
-    assert "**Knob** `entropy_coef`" in card
-    assert (tmp_path / "out" / "runs" / "trl_adaptive_entropy" / "entropy_knob.png").exists()
+    # the plain TRL run's folder is not empty: pictures and a card
+    folder = tmp_path / "out" / "runs" / "grpo"
+    assert {"README.md", "entropy_curves.png", "reward.png", "pass_at_k.png"} <= set(os.listdir(folder))
+    card = (folder / "README.md").read_text()
+    assert "# testbed-grpo" in card and "library_name: transformers" in card
+    # TRL's rule and the feedback bonus, both as controls: their knob is TRL's entropy coefficient
+    for name in ("trl_adaptive", "entropy_bonus"):
+        card = (tmp_path / "out" / "runs" / name / "README.md").read_text()
+        assert f"**Method:** `{name}`" in card and "**Knob** `entropy_coef`" in card, name
+        assert (tmp_path / "out" / "runs" / name / "entropy_knob.png").exists(), name
     # step-time ratios come with their caveat, printed and in summary.json
     assert "vs grpo*" in out and "one after another" in out and "benchmarks/overhead.py" in out
     assert summary["step_time_note"] == runner.STEP_TIME_NOTE and "may be busy" in summary["step_time_note"]

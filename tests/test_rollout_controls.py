@@ -29,7 +29,7 @@ OFF_POLICY = dict(steps_per_generation=2)
 
 def test_entrocraft_with_everything_in_band_equals_plain_grpo(tmp_path):
     plain = run(tiny_args(tmp_path / "a", max_steps=4, **OFF_POLICY))
-    ec = run(tiny_args(tmp_path / "b", max_steps=4, entropy_control="entrocraft", entropy_schedule_start=50.0,
+    ec = run(tiny_args(tmp_path / "b", max_steps=4, entropy_control="entrocraft", entropy_schedule_start=2.639,
                        entrocraft_band=100.0, **OFF_POLICY))
     assert history(ec, "loss") == history(plain, "loss")
     assert history(ec, "entropy_control/acceptance_rate") == [1.0, 1.0]  # two generation batches
@@ -39,7 +39,7 @@ def test_entrocraft_with_everything_in_band_equals_plain_grpo(tmp_path):
 @pytest.mark.parametrize("source", ["scoring_pass", "extra_pass", "lagged"])
 def test_entrocraft_hard_below_band_keeps_only_negatives(tmp_path, source):
     args = tiny_args(tmp_path, max_steps=4, entropy_control="entrocraft", entrocraft_mode="hard",
-                     entropy_schedule_start=50.0, entrocraft_entropy_source=source, **OFF_POLICY)
+                     entropy_schedule_start=2.639, entrocraft_entropy_source=source, **OFF_POLICY)
     trainer = run(args)
     assert history(trainer, "entropy_control/sign") == [-1.0] * 4
     pos = [v for v in history(trainer, "entropy_control/positive_kept_fraction") if not math.isnan(v)]
@@ -116,7 +116,7 @@ def test_normalizer_kept_vs_all_exactly_as_documented(tmp_path, loss_type):
 
 def test_positive_reweight_lambda_moves_with_entropy(tmp_path):
     up = run(tiny_args(tmp_path / "a", max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=0.0))
-    down = run(tiny_args(tmp_path / "b", max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=50.0,
+    down = run(tiny_args(tmp_path / "b", max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=2.639,
                          positive_reweight_lambda_init=0.5))
     assert history(up, "entropy_control/lambda") == pytest.approx([0.0, 0.05, 0.1, 0.15])  # entropy above target
     assert history(down, "entropy_control/lambda") == pytest.approx([0.5, 0.45, 0.4, 0.35])  # below target
@@ -125,7 +125,7 @@ def test_positive_reweight_lambda_moves_with_entropy(tmp_path):
 def test_positive_reweight_proportional_term_acts_in_the_same_step(tmp_path):
     # Target far above the measured entropy: the paper's rule walks lambda down by one step per update, the
     # proportional term (kp * relative error ~ -0.95) sends it to 0 at the first update.
-    kw = dict(max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=50.0,
+    kw = dict(max_steps=4, entropy_control="positive_reweight", entropy_schedule_start=2.639,
               positive_reweight_lambda_init=0.5, positive_reweight_step=0.05)
     pi = run(tiny_args(tmp_path / "a", positive_reweight_kp=1.0, **kw))
     assert history(pi, "entropy_control/lambda") == pytest.approx([0.5, 0.0, 0.0, 0.0])

@@ -79,7 +79,7 @@ def test_unreachable_target_saturates_adaptive_clip_and_warns_once(tmp_path):
     # A 50-nat target is far above anything a 14-token vocabulary can reach: epsilon_high runs to its bound at once
     # (delta = bound) and stays pushed there.
     trainer, saturated, messages = _train(
-        tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=50.0, adaptive_clip_window=1,
+        tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=2.639, adaptive_clip_window=1,
         adaptive_clip_delta=0.5, adaptive_clip_max=0.5, saturation_window=3)
     assert saturated == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     assert len(messages) == 1
@@ -97,13 +97,13 @@ def test_reachable_knob_range_is_not_saturated(tmp_path):
 
 def test_entrocraft_outside_its_band_saturates(tmp_path):
     _, saturated, messages = _train(
-        tmp_path, entropy_control="entrocraft", entropy_schedule_start=50.0, entrocraft_mode="hard",
+        tmp_path, entropy_control="entrocraft", entropy_schedule_start=2.639, entrocraft_mode="hard",
         saturation_window=2)
     assert saturated[-1] == 1.0 and len(messages) == 1
 
 
 def test_saturation_state_survives_resume(tmp_path):
-    args = dict(entropy_control="adaptive_clip", entropy_schedule_start=50.0, adaptive_clip_window=1,
+    args = dict(entropy_control="adaptive_clip", entropy_schedule_start=2.639, adaptive_clip_window=1,
                 adaptive_clip_delta=0.5, adaptive_clip_max=0.5, saturation_window=3)
     straight, saturated, _ = _train(tmp_path / "a", **args)
     torch.manual_seed(0)

@@ -379,7 +379,7 @@ RUNS = [
                     steps_per_generation=1)),
     ("kl_cov", dict(kl_cov_ratio=0.1, cov_scope="local", loss_type="bnpo", gradient_accumulation_steps=2,
                     steps_per_generation=4, per_device_train_batch_size=4)),
-    ("entropic", dict(entropy_schedule="linear", entropy_schedule_start=2.7, entropy_schedule_end=2.0,
+    ("entropic", dict(entropy_schedule="linear", entropy_schedule_start=2.639, entropy_schedule_end=2.0,
                       entropic_high_prob_threshold=0.05, loss_type="dapo")),
     ("entropic", dict(entropy_schedule_start=2.0, entropic_high_prob_threshold=0.05, loss_type="grpo",
                       importance_sampling_level="sequence")),

@@ -57,10 +57,10 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
 
 # The demo's choices and defaults, here so that `demo --help` needs no torch; tests/test_cli.py checks that they are
 # those of trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings).
-DEMO_METHODS = ("grpo", "trl_adaptive_entropy", "adaptive_clip", "entrocraft", "positive_reweight", "w_reinforce",
-                "clip_cov", "kl_cov", "entropic")
+DEMO_METHODS = ("grpo", "entropy_bonus", "trl_adaptive", "adaptive_clip", "entrocraft", "positive_reweight",
+                "w_reinforce", "clip_cov", "kl_cov", "entropic")
 DEMO_DEFAULT_METHOD = "adaptive_clip"
-DEMO_TESTBEDS = ("tiny", "smollm2")  # trl_entropy.testbeds.TESTBEDS
+DEMO_TESTBEDS = ("tiny", "smollm2", "smollm2_hard")  # trl_entropy.testbeds.TESTBEDS
 
 
 def demo_flags() -> list[tuple[str, dict]]:
@@ -128,11 +128,36 @@ def _demo(argv):
     return 0
 
 
-def _grpo(argv):
-    _quiet_third_party(chatter=False)  # before parsing: TrainingArguments warns while it is built
-    from .grpo_script import run_grpo
+def _debug_requested(argv: list[str]) -> tuple[list[str], bool]:
+    """(argv without a bare `--debug`, whether tracebacks are wanted).
 
-    return run_grpo(argv)
+    `--debug` alone (last, or before another flag) or `TRL_ENTROPY_DEBUG=1` shows the full traceback of a usage
+    error. `--debug VALUE ...` stays `TrainingArguments.debug` (transformers' `underflow_overflow`, ...) and shows
+    tracebacks too.
+    """
+    wanted = os.environ.get("TRL_ENTROPY_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+    kept = []
+    for i, arg in enumerate(argv):
+        if arg == "--debug":
+            wanted = True
+            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+                continue  # ours: not passed on to TrainingArguments, which expects a value
+        kept.append(arg)
+    return kept, wanted
+
+
+def _grpo(argv):
+    argv, debug = _debug_requested(argv)
+    _quiet_third_party(chatter=False)  # before parsing: TrainingArguments warns while it is built
+    from .grpo_script import UsageError, run_grpo
+
+    try:
+        return run_grpo(argv)
+    except UsageError as err:
+        if debug:
+            raise
+        print(f"trl-entropy grpo: error: {err}", file=sys.stderr)
+        return 2
 
 
 def __getattr__(name):
@@ -152,6 +177,9 @@ commands:
   grpo   `trl grpo` with GRPOEntropyTrainer: every GRPOEntropyConfig field, TRL's model flags (--use_peft,
          --lora_r, --dtype, --attn_implementation, ...) and dataset flags (--dataset_test_split, ...)
          trl-entropy grpo --config recipes/testbed.yaml [--max_steps 10 ...]   (trl-entropy grpo --help)
+         trl-entropy grpo --testbed tiny --use_cpu true --entropy_control adaptive_clip --max_steps 10 ...
+         trl-entropy grpo --model_name_or_path M --dataset_name D --reward_funcs F [...]   (all three required,
+         unless --testbed or the recipe names them; --debug shows tracebacks)
          accelerate launch --config_file recipes/accelerate/ddp.yaml -m trl_entropy.cli grpo --config ...
 
 Flags use underscores (--output_dir), as TRL's do; the hyphenated spelling (--output-dir) works too."""

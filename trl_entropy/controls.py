@@ -43,7 +43,13 @@ from .losses.covariance import (
 )
 from .losses.policy_loss import TokenHooks
 from .losses.reweighting import positive_reweight_progression
-from .scheduling.controllers import AdaptiveClipController, LambdaStepController, PIController
+from .scheduling.controllers import (
+    AdaptiveClipController,
+    EntropyBonusController,
+    LambdaStepController,
+    PIController,
+    SaturationMonitor,
+)
 
 __all__ = [
     "EntropyControl",
@@ -54,6 +60,9 @@ __all__ = [
     "ClipCovControl",
     "KLCovControl",
     "EntropicControl",
+    "EntropyBonusControl",
+    "TrlAdaptiveControl",
+    "AssistedControl",
     "TokenBatch",
     "RolloutContext",
     "RolloutDecision",
@@ -627,6 +636,184 @@ class EntropicControl(TokenHookControl, ControllerControl):
         return {"pi_integral": self.controller.integral}
 
 
+
+def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
+    return EntropyBonusController(
+        kp=args.entropy_bonus_kp,
+        ki=args.entropy_bonus_ki,
+        kff=args.entropy_bonus_kff,
+        c_min=args.entropy_bonus_min,
+        c_max=args.entropy_bonus_max,
+        horizon=args.entropy_bonus_horizon,
+        level_smoothing=args.entropy_bonus_level_smoothing,
+        trend_smoothing=args.entropy_bonus_trend_smoothing,
+        initial=initial,
+    )
+
+
+def _set_coefficient(trainer, value: float) -> None:
+    from ._trl_private import set_entropy_coefficient
+
+    set_entropy_coefficient(trainer, value)
+
+
+@register_control("entropy_bonus")
+class EntropyBonusControl(ControllerControl):
+    """A signed entropy coefficient under feedback (:class:`~trl_entropy.scheduling.EntropyBonusController`): the
+    loss is TRL's ``L_policy - c * H`` with ``c`` moved every optimizer step so that entropy follows the schedule; a
+    negative ``c`` is a penalty, so an anneal is driven down, not waited for. TRL's own loss applies it (no fork)."""
+
+    follows_target = True
+    knob_name = "entropy_coef"
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.controller = _bonus_controller(args, initial=float(args.entropy_coef))
+
+    def apply(self, trainer) -> None:
+        _set_coefficient(trainer, self.controller.value)
+
+    def observe(self, measured, target):
+        if target is not None:
+            self.controller.update(measured, target)
+
+    def metrics(self):
+        c = self.controller
+        out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward}
+        if c.predicted is not None:
+            out["bonus_predicted_entropy"] = c.predicted
+        return out
+
+
+@register_control("trl_adaptive")
+class TrlAdaptiveControl(EntropyControl):
+    """TRL's own adaptive entropy coefficient (``use_adaptive_entropy``, Skywork-OR1's rule) with its target driven
+    by the schedule: the trainer writes each step's target into ``args.entropy_target``, which TRL reads; TRL moves
+    ``entropy_coef`` by ``entropy_coef_delta`` within ``[entropy_coef_min, entropy_coef_max]`` and applies it only
+    while entropy is at or below the target. Nothing of TRL's rule is reimplemented here."""
+
+    follows_target = True
+    knob_name = "entropy_coef"
+
+    def __init__(self, args):
+        super().__init__(args)
+        self._trainer = None
+        self._last_direction = 0
+
+    def apply(self, trainer) -> None:
+        self._trainer = trainer
+
+    def observe(self, measured, target):
+        if target is not None:
+            self._last_direction = 1 if measured <= target else -1  # TRL's comparison
+
+    @property
+    def knob(self):
+        return None if self._trainer is None else float(self._trainer.entropy_coef)
+
+    @property
+    def limit_push(self) -> int:
+        if self._trainer is None:
+            return 0
+        return _limit_push_at(self._last_direction, float(self._trainer.entropy_coef),
+                              float(self.args.entropy_coef_min), float(self.args.entropy_coef_max))
+
+    def state_dict(self):
+        return {"last_direction": self._last_direction}  # TRL saves its coefficient itself
+
+    def load_state_dict(self, state):
+        self._last_direction = int(state.get("last_direction", 0))
+
+
+def _limit_push_at(direction: int, value: float, low: float, high: float) -> int:
+    if direction > 0 and value >= high:
+        return 1
+    if direction < 0 and value <= low:
+        return -1
+    return 0
+
+
+class AssistedControl:
+    """A paper's control with the feedback entropy bonus as a second actuator (``entropy_bonus_assist=True``).
+
+    The paper's knob acts first. When it has sat at a limit of its range with the error pushing the same way for
+    ``entropy_bonus_assist_window`` optimizer steps in a row (the saturation test of the trainer's monitor, on a
+    shorter window), the bonus takes the remainder: its controller runs on the same measured entropy and target.
+    When the paper's knob has been off its limits for as many steps, the bonus hands back: its coefficient and
+    integral shrink by ``HANDBACK_DECAY`` per step. While the paper's knob acts alone, the bonus controller's filter
+    keeps tracking the entropy, so a hand-over starts from the present level and trend.
+
+    Every hook of the paper's control is delegated unchanged; ``entropy_control/assist_active`` (1: the bonus acts)
+    and ``entropy_control/entropy_coef`` are logged every step.
+    """
+
+    HANDBACK_DECAY = 0.8
+    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers")
+
+    def __init__(self, inner: EntropyControl, args):
+        self.inner = inner
+        self.bonus = _bonus_controller(args)
+        self.window = int(args.entropy_bonus_assist_window)
+        self.monitor = SaturationMonitor(self.window)
+        self.recovered = 0
+        self.active = False
+        self.handovers = 0
+
+    def __getattr__(self, name):  # every hook and attribute the wrapper does not define: the paper's control
+        return getattr(self.__dict__["inner"], name)
+
+    def __setattr__(self, name, value):
+        if name in self._own:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
+
+    def apply(self, trainer) -> None:
+        self.inner.apply(trainer)
+        _set_coefficient(trainer, self.bonus.value)
+
+    def observe(self, measured, target):
+        self.inner.observe(measured, target)
+        if target is None:
+            return
+        push = self.inner.limit_push
+        saturated = self.monitor.update(push)
+        self.recovered = self.recovered + 1 if push == 0 else 0
+        if not self.active and saturated:
+            self.active = True
+            self.handovers += 1
+        elif self.active and self.recovered >= self.window:
+            self.active = False
+        if self.active:
+            self.bonus.update(measured, target)
+        else:
+            self.bonus.track(measured, target)
+            self.bonus.decay(self.HANDBACK_DECAY)
+
+    @property
+    def limit_push(self) -> int:
+        """Saturated only when both actuators are: the paper's knob, and the bonus once it acts."""
+        return self.bonus.limit_push if self.active else self.inner.limit_push
+
+    def metrics(self):
+        out = dict(self.inner.metrics())
+        out.update({"assist_active": float(self.active), "entropy_coef": self.bonus.value})
+        return out
+
+    def state_dict(self):
+        return {"inner": self.inner.state_dict(), "bonus": self.bonus.state_dict(),
+                "monitor": self.monitor.state_dict(), "recovered": self.recovered, "active": self.active,
+                "handovers": self.handovers}
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state["inner"])
+        self.bonus.load_state_dict(state["bonus"])
+        self.monitor.load_state_dict(state["monitor"])
+        self.recovered = int(state["recovered"])
+        self.active = bool(state["active"])
+        self.handovers = int(state.get("handovers", 0))
+
+
 def build_control(args) -> EntropyControl | None:
     """The control object for ``args.entropy_control``, or ``None`` for ``"none"``."""
     name = getattr(args, "entropy_control", "none")
@@ -634,4 +821,7 @@ def build_control(args) -> EntropyControl | None:
         return None
     if name not in CONTROL_REGISTRY:
         raise ValueError(f"entropy_control={name!r} has no registered implementation; known: {sorted(CONTROL_REGISTRY)}.")
-    return CONTROL_REGISTRY[name](args)
+    control = CONTROL_REGISTRY[name](args)
+    if getattr(args, "entropy_bonus_assist", False) and name not in ("entropy_bonus", "trl_adaptive"):
+        return AssistedControl(control, args)
+    return control

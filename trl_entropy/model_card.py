@@ -52,6 +52,12 @@ BIBTEX = {
   journal = {arXiv preprint arXiv:2511.15248},
   year    = {2025}
 }""",
+    "he2025": """@article{he2025skywork,
+  title   = {Skywork Open Reasoner 1 Technical Report},
+  author  = {He, Jujie and Liu, Jiacai and Liu, Chris Yuhao and others},
+  journal = {arXiv preprint arXiv:2505.22312},
+  year    = {2025}
+}""",
     "trl": """@software{vonwerra2020trl,
   title  = {TRL: Transformer Reinforcement Learning},
   author = {von Werra, Leandro and Belkada, Younes and Tunstall, Lewis and Beeching, Edward and Thrush, Tristan and
@@ -64,6 +70,13 @@ BIBTEX = {
 # control -> (description, config-field prefixes, citation keys)
 METHOD_INFO = {
     "none": ("plain GRPO (no entropy control).", (), ()),
+    "entropy_bonus": ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed "
+                      "coefficient `c` (a penalty when negative) moved each optimizer step by a filtered, predictive "
+                      "PI law with feed-forward from the target's slope, bounded and with anti-windup.",
+                      ("entropy_bonus_", "entropy_coef"), ("he2025",)),
+    "trl_adaptive": ("TRL's adaptive entropy coefficient (`use_adaptive_entropy`, Skywork-OR1) as a control: "
+                     "`entropy_coef` moves by `entropy_coef_delta` each optimizer step, its `entropy_target` driven "
+                     "by the schedule.", ("entropy_coef",), ("he2025",)),
     "adaptive_clip": ("adaptive clip-higher (Entropy Scheduling, Wang et al. 2026, Algorithm 1): `epsilon_high` "
                       "moves by ±δ each optimizer step so the windowed measured entropy tracks the target.",
                       ("adaptive_clip_", "epsilon"), ("wang2026",)),
@@ -86,7 +99,7 @@ TRL_ADAPTIVE_ENTROPY_INFO = (
     "TRL's adaptive entropy coefficient (`use_adaptive_entropy`, Skywork-OR1): the coefficient `entropy_coef` of an "
     "entropy bonus moves by `entropy_coef_delta` each optimizer step so the entropy tracks `entropy_target`.",
     ("entropy_coef", "entropy_target"),
-    (),
+    ("he2025",),
 )
 
 SCHEDULE_FORMULAS = {
@@ -114,14 +127,35 @@ def _table(rows, header=("parameter", "value")) -> str:
     return "\n".join(lines)
 
 
-def _schedule_text(args) -> str:
+def _schedule_text(args, initial_entropy: float | None = None) -> str:
     name = args.entropy_schedule
     if name is None:
         return "No target: this control does not follow an entropy schedule."
     if callable(name):
         return f"A user-supplied callable, `{_fmt(name)}`, gave the target as `fn(step, total_steps)`."
-    start = args.entropy_schedule_start
-    end = args.entropy_schedule_end if args.entropy_schedule_end is not None else start
+    start = _resolved(args.entropy_schedule_start, initial_entropy)
+    end = _resolved(args.entropy_schedule_end, initial_entropy) if args.entropy_schedule_end is not None else start
+    relative = [v for v in (args.entropy_schedule_start, args.entropy_schedule_end) if isinstance(v, str)]
+    if relative:
+        measured = (f"the starting model's entropy, measured on the first generation batch: **{initial_entropy:.4f}** "
+                    "nats" if initial_entropy is not None else "the starting model's entropy (not measured: no "
+                    "training step ran)")
+        prefix = f"Targets given relative to {measured} ({', '.join(f'`{v}`' for v in relative)}). "
+    else:
+        prefix = ""
+    return prefix + _schedule_formula_text(args, name, start, end)
+
+
+def _resolved(value, initial_entropy):
+    if isinstance(value, str):
+        from .trainers.grpo_entropy_config import parse_entropy_value
+
+        fraction = parse_entropy_value(value)[1]
+        return value if initial_entropy is None else fraction * initial_entropy
+    return value
+
+
+def _schedule_formula_text(args, name, start, end) -> str:
     formula = SCHEDULE_FORMULAS[name].format(start=_fmt(start), end=_fmt(end), ratio=_fmt(args.entropy_schedule_anneal_ratio))
     warm = args.entropy_schedule_warmup_steps
     return (f"`{name}` schedule (nats per completion token): {formula}, where p ∈ [0, 1] is the fraction of training "
@@ -285,6 +319,10 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         method = "use_adaptive_entropy"
     else:
         method = control
+    if getattr(args, "entropy_bonus_assist", False):  # the feedback bonus as a second actuator
+        description += (" With `entropy_bonus_assist`, the feedback entropy bonus took over while this knob was "
+                        "saturated, and handed back when it recovered.")
+        prefixes = (*prefixes, "entropy_bonus_", "entropy_coef")
     params = [(f, _param_text(args, f)) for f in sorted(vars(args)) if any(f.startswith(p) for p in prefixes)]
     if getattr(args, "entropy_schedule", None) is not None:
         params += [(f, getattr(args, f)) for f in ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
@@ -356,7 +394,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         method_description=description,
         parameter_table=_table(params) if params else "No method parameters.",
         knob_description=_knob_text(trainer, history),
-        schedule_description=(_schedule_text(args) if hasattr(args, "entropy_schedule")
+        schedule_description=(_schedule_text(args, getattr(trainer, "initial_entropy", None))
+                              if hasattr(args, "entropy_schedule")
                               else _plain_trl_schedule_text(targets)),
         result_description=result,
         pass_at_k_table=pass_table,

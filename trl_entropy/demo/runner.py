@@ -64,11 +64,10 @@ class DemoSettings:
 # name -> (uses GRPOEntropyTrainer, config overrides, description)
 METHODS: dict[str, tuple[bool, dict, str]] = {
     "grpo": (False, {}, "plain TRL GRPOTrainer"),
-    "trl_adaptive_entropy": (
-        False,
-        {"use_adaptive_entropy": True, "entropy_coef": 0.0},
-        "TRL's adaptive entropy coefficient (Skywork-OR1), target driven by the same schedule",
-    ),
+    "entropy_bonus": (True, {"entropy_control": "entropy_bonus"},
+                      "feedback entropy bonus: a signed coefficient under PI + feed-forward control (this package)"),
+    "trl_adaptive": (True, {"entropy_control": "trl_adaptive"},
+                     "TRL's adaptive entropy coefficient as a control, target driven by the schedule"),
     "adaptive_clip": (True, {"entropy_control": "adaptive_clip"}, "adaptive clip-higher (Wang et al.)"),
     "entrocraft": (True, {"entropy_control": "entrocraft"}, "Entrocraft rollout rejection, stochastic (Li et al.)"),
     "positive_reweight": (True, {"entropy_control": "positive_reweight"},
@@ -232,7 +231,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
             trainer.create_model_card(model_name=card_name)
         else:
             write_model_card(trainer, model_name=card_name, base_model=tb.base_model)
-    extra_keys = ("clip_ratio/high_mean", "clip_ratio/region_mean", "completions/mean_length")
+    extra_keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "clip_ratio/region_mean", "completions/mean_length",
+                  "frac_reward_zero_std", "entropy_control/assist_active")
     return {
         "method": name,
         "description": description,

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._trl_private import entropy_bonus_enabled
+
 __all__ = [
     "SUPPORTED_LOSS_TYPES",
     "GRPOLossConfig",
@@ -449,7 +451,7 @@ class GRPOLossConfig:
             use_bias_correction_kl=trainer.args.use_bias_correction_kl,
             vllm_importance_sampling_correction=bool(trainer.use_vllm and trainer.vllm_importance_sampling_correction),
             off_policy_mask_threshold=trainer.off_policy_mask_threshold,
-            entropy_coef=trainer.entropy_coef if trainer._entropy_bonus_enabled else 0.0,
+            entropy_coef=trainer.entropy_coef if entropy_bonus_enabled(trainer) else 0.0,
             max_completion_length=trainer.max_completion_length,
             # only defined inside Trainer's training loop; eval does not use it
             gradient_accumulation_steps=getattr(trainer, "current_gradient_accumulation_steps", 1) if training else 1,

@@ -1,5 +1,11 @@
 from .callbacks import EntropyScheduleCallback
-from .controllers import AdaptiveClipController, LambdaStepController, PIController, SaturationMonitor
+from .controllers import (
+    AdaptiveClipController,
+    EntropyBonusController,
+    LambdaStepController,
+    PIController,
+    SaturationMonitor,
+)
 from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
 from .schedules import (
     CallableSchedule,
@@ -17,6 +23,7 @@ __all__ = [
     "CurriculumDataset",
     "CurriculumSampler",
     "AdaptiveClipController",
+    "EntropyBonusController",
     "LambdaStepController",
     "PIController",
     "SaturationMonitor",

@@ -90,7 +90,24 @@ def _smollm2(recipe=None) -> Testbed:
     )
 
 
-TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2}
+def _smollm2_hard(recipe=None) -> Testbed:
+    from . import addition, gguf
+
+    return Testbed(
+        name="smollm2_hard",
+        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot addition of two two-digit numbers",
+        load=lambda progress=True: gguf.smollm2(progress=progress),
+        datasets=lambda seed=0: addition.make_hard_datasets(seed=seed),
+        heldout=lambda n, seed=0: addition.make_problems("test", addition.HARD_PREFIX, addition.HARD_A_RANGE,
+                                                         addition.HARD_B_RANGE)[:n],
+        reward=addition.accuracy_reward,
+        grpo_config_kwargs=addition.grpo_config_kwargs,
+        base_model=gguf.HUB_ID,
+        demo_steps=100,
+    )
+
+
+TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2, "smollm2_hard": _smollm2_hard}
 
 
 def get_testbed(name: str = "tiny", recipe=None) -> Testbed:

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["FEW_SHOT_PREFIX", "make_problems", "make_datasets", "first_line", "accuracy_reward", "grpo_config_kwargs"]
+__all__ = [
+    "FEW_SHOT_PREFIX",
+    "HARD_PREFIX",
+    "make_problems",
+    "make_datasets",
+    "make_hard_datasets",
+    "first_line",
+    "accuracy_reward",
+    "grpo_config_kwargs",
+]
 
 FEW_SHOT_PREFIX = "2+5=7\n6+3=9\n"
 _TEST_FRACTION_BYTE = 52  # sha256(query)[0] < 52: ~20% of the problems are held out
@@ -22,8 +31,13 @@ def _in_test_split(query: str) -> bool:
 
 A_RANGE, B_RANGE = range(20), range(10)  # 200 problems
 
+# The harder variant: two two-digit numbers (8,100 problems), two-shot with two-digit examples. Plain GRPO's reward
+# on it stays inside the 0.3-0.7 band much longer (docs/testbeds.md), so that most groups keep both advantage signs.
+HARD_PREFIX = "23+45=68\n17+36=53\n"
+HARD_A_RANGE, HARD_B_RANGE = range(10, 100), range(10, 100)
 
-def make_problems(split: str = "train", prefix: str = FEW_SHOT_PREFIX) -> list[dict]:
+
+def make_problems(split: str = "train", prefix: str = FEW_SHOT_PREFIX, a_range=A_RANGE, b_range=B_RANGE) -> list[dict]:
     """Every problem ``a+b=`` (a in 0..19, b in 0..9) of one split, as ``{"prompt", "answer"}`` rows.
 
     The prompt is ``prefix`` (two worked examples, one per line) followed by the query, e.g.
@@ -33,29 +47,35 @@ def make_problems(split: str = "train", prefix: str = FEW_SHOT_PREFIX) -> list[d
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
     rows = []
-    for a in A_RANGE:
-        for b in B_RANGE:
+    for a in a_range:
+        for b in b_range:
             query = f"{a}+{b}="
             if _in_test_split(query) == (split == "test"):
                 rows.append({"prompt": prefix + query, "answer": str(a + b)})
     return rows
 
 
-def make_datasets(n_train: int = 4096, seed: int = 0, prefix: str = FEW_SHOT_PREFIX):
+def make_datasets(n_train: int = 4096, seed: int = 0, prefix: str = FEW_SHOT_PREFIX, a_range=A_RANGE,
+                  b_range=B_RANGE):
     """``(train, test)`` ``datasets.Dataset`` objects: the train problems repeated (shuffled with ``seed``) to
     ``n_train`` rows, so a run of any length draws them uniformly; the held-out problems once each."""
     import random
 
     from datasets import Dataset
 
-    train = make_problems("train", prefix)
+    train = make_problems("train", prefix, a_range, b_range)
     rng = random.Random(seed)
     rows = []
     while len(rows) < n_train:
         block = list(train)
         rng.shuffle(block)
         rows.extend(block)
-    return Dataset.from_list(rows[:n_train]), Dataset.from_list(make_problems("test", prefix))
+    return Dataset.from_list(rows[:n_train]), Dataset.from_list(make_problems("test", prefix, a_range, b_range))
+
+
+def make_hard_datasets(n_train: int = 4096, seed: int = 0):
+    """The harder task's ``(train, test)``: two-digit plus two-digit, two-shot (:data:`HARD_PREFIX`)."""
+    return make_datasets(n_train, seed, HARD_PREFIX, HARD_A_RANGE, HARD_B_RANGE)
 
 
 def first_line(completion) -> str:

@@ -19,11 +19,14 @@ __all__ = [
     "IMPLEMENTED_CONTROLS",
     "TARGET_FOLLOWING_CONTROLS",
     "TOKEN_HOOK_CONTROLS",
+    "parse_entropy_value",
 ]
 
 # Every control name the package defines. Controls not yet implemented are rejected with a clear message.
 ENTROPY_CONTROLS = (
     "none",
+    "entropy_bonus",
+    "trl_adaptive",
     "adaptive_clip",
     "clip_cov",
     "kl_cov",
@@ -34,6 +37,8 @@ ENTROPY_CONTROLS = (
 )
 IMPLEMENTED_CONTROLS = (
     "none",
+    "entropy_bonus",
+    "trl_adaptive",
     "adaptive_clip",
     "clip_cov",
     "kl_cov",
@@ -46,7 +51,16 @@ IMPLEMENTED_CONTROLS = (
 TOKEN_HOOK_CONTROLS = ("clip_cov", "kl_cov", "entropic")
 COV_SCOPES = ("global", "local")
 # Controls that follow a target entropy and therefore need a schedule.
-TARGET_FOLLOWING_CONTROLS = ("adaptive_clip", "entrocraft", "positive_reweight", "entropic")
+TARGET_FOLLOWING_CONTROLS = (
+    "entropy_bonus",
+    "trl_adaptive",
+    "adaptive_clip",
+    "entrocraft",
+    "positive_reweight",
+    "entropic",
+)
+# Controls whose knob is TRL's entropy coefficient (no assist on top of them).
+COEFFICIENT_CONTROLS = ("entropy_bonus", "trl_adaptive")
 ENTROCRAFT_MODES = ("stochastic", "hard")
 ENTROCRAFT_NORMALIZERS = ("kept", "all")
 ENTROCRAFT_ENTROPY_SOURCES = ("auto", "scoring_pass", "extra_pass", "lagged")
@@ -81,6 +95,46 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+INITIAL = "initial"
+
+
+def parse_entropy_value(value) -> tuple[str, float] | None:
+    """A schedule start/end as ``("nats", x)`` or ``("initial", fraction)``; ``None`` for ``None``.
+
+    Accepted: a number of nats (or its text, as the command line gives it), ``"initial"`` (the starting model's
+    measured entropy) and ``"<fraction>*initial"`` / ``"initial*<fraction>"`` (e.g. ``"0.5*initial"``). Raises a
+    ``ValueError`` for anything else.
+    """
+    if value is None:
+        return None
+    if _is_number(value):
+        return ("nats", float(value))
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        if text == INITIAL:
+            return (INITIAL, 1.0)
+        parts = text.split("*")
+        if len(parts) == 2 and INITIAL in parts:
+            other = parts[1] if parts[0] == INITIAL else parts[0]
+            try:
+                fraction = float(other)
+            except ValueError:
+                fraction = None
+            if fraction is not None and math.isfinite(fraction) and fraction >= 0:
+                return (INITIAL, fraction)
+        else:
+            try:
+                number = float(text)
+            except ValueError:
+                number = None
+            if number is not None and math.isfinite(number):
+                return ("nats", number)
+    raise ValueError(
+        f"must be a number of nats >= 0, 'initial' (the starting model's entropy, measured on the first generation "
+        f"batch) or a fraction of it such as '0.5*initial'; got {value!r}."
+    )
+
+
 @dataclass
 class GRPOEntropyConfig(GRPOConfig):
     r"""
@@ -91,7 +145,9 @@ class GRPOEntropyConfig(GRPOConfig):
 
     Parameters:
         entropy_control (`str`, *optional*, defaults to `"none"`):
-            Which entropy control to run. `"none"`: plain GRPO. `"adaptive_clip"`: adaptive clip-higher of Wang et al.
+            Which entropy control to run. `"none"`: plain GRPO. `"entropy_bonus"`: a signed entropy coefficient under
+            feedback (this package's recommendation; see below). `"trl_adaptive"`: TRL's adaptive entropy coefficient
+            with its target driven by the schedule. `"adaptive_clip"`: adaptive clip-higher of Wang et al.
             (Entropy Scheduling), which moves `epsilon_high` so that the measured entropy tracks the scheduled target.
             `"clip_cov"` / `"kl_cov"`: Clip-Cov / KL-Cov of Cui et al. `"entrocraft"`: rollout rejection of Li et al.
             `"positive_reweight"`, `"w_reinforce"`: advantage-sign reweighting. `"entropic"`: EntroPIC's PI
@@ -108,11 +164,15 @@ class GRPOEntropyConfig(GRPOConfig):
             it is not stored: checkpoints (`training_args.bin`), `to_dict()` and `to_json_string()` hold the
             placeholder `"callable:<name>"` instead (e.g. `"callable:lambda (train.py:12)"`), so saving works for
             any callable; to resume from a checkpoint, build the config with the same callable again.
-        entropy_schedule_start (`float`, *optional*):
+        entropy_schedule_start (`float` or `str`, *optional*):
             Target entropy (nats, mean per completion token) at the start of training. Required by target-following
-            controls.
-        entropy_schedule_end (`float`, *optional*):
-            Target entropy on the last optimizer step. Required by `"linear"`, `"cosine"` and `"wsd"`; for `"wsd"`
+            controls. `"initial"` is the starting model's own entropy, measured on the first generation batch (one
+            no-grad forward, summed over processes), and `"0.9*initial"` a fraction of it; the resolved value is
+            logged as `entropy_control/initial_entropy`, kept in checkpoints and written into the model card.
+            A target above log(vocabulary size), the largest entropy possible, is refused.
+        entropy_schedule_end (`float` or `str`, *optional*):
+            Target entropy on the last optimizer step, in nats or as a fraction of the initial entropy
+            (`"0.5*initial"`). Required by `"linear"`, `"cosine"` and `"wsd"`; for `"wsd"`
             it must be <= `entropy_schedule_start` (the anneal goes down). `"constant"` ignores it (with a warning
             when it differs from the start).
         entropy_schedule_warmup_steps (`int`, *optional*, defaults to `0`):
@@ -124,6 +184,44 @@ class GRPOEntropyConfig(GRPOConfig):
             at a limit of its range (e.g. `epsilon_high` at `adaptive_clip_max`, lambda at 0, Entrocraft outside its
             band) while the error kept asking to go further the same way: the target lies beyond what the knob can
             reach here. Logged every step as `entropy_control/saturated` (1 or 0); the first time, a warning says so.
+
+    > Feedback entropy bonus (`entropy_control="entropy_bonus"`; also `entropy_bonus_assist`)
+
+    The loss is TRL's `L_policy - c * H` with a signed coefficient `c` (a bonus above 0, a penalty below) moved every
+    optimizer step by `trl_entropy.scheduling.EntropyBonusController`: the measured entropy is filtered (level and
+    trend) and predicted `entropy_bonus_horizon` steps ahead; `c = clip(I + kp * e + kff * slope, min, max)` with the
+    relative error `e = (target - predicted) / target` clipped to [-1, 1], the target's relative slope per step, and
+    an integral `I += ki * e` that stops at the bounds (anti-windup). `entropy_coef` is the initial coefficient.
+    `entropy_control="trl_adaptive"` is TRL's own rule (`use_adaptive_entropy`, set for you) with its
+    `entropy_target` driven by the schedule.
+
+    Parameters:
+        entropy_bonus_kp (`float`, *optional*, defaults to `0.05`):
+            Proportional gain: coefficient per unit of relative entropy error; >= 0.
+        entropy_bonus_ki (`float`, *optional*, defaults to `0.005`):
+            Integral gain: coefficient added per optimizer step per unit of relative error; >= 0.
+        entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
+            Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
+            error builds up); >= 0.
+        entropy_bonus_min (`float`, *optional*, defaults to `-0.1`):
+            Lower bound of the coefficient (an entropy penalty); <= 0.
+        entropy_bonus_max (`float`, *optional*, defaults to `0.1`):
+            Upper bound of the coefficient; >= 0.
+        entropy_bonus_horizon (`float`, *optional*, defaults to `3.0`):
+            Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
+            level).
+        entropy_bonus_level_smoothing (`float`, *optional*, defaults to `0.3`):
+            Weight of the newest measurement in the filtered level, in (0, 1] (1: no filtering).
+        entropy_bonus_trend_smoothing (`float`, *optional*, defaults to `0.2`):
+            Weight of the newest level change in the filtered trend, in (0, 1].
+        entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
+            With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
+            `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
+            pushing the same way for `entropy_bonus_assist_window` steps, the feedback bonus takes the remainder, and
+            hands back (its coefficient decays) once the knob has been off its limits as long. Logged as
+            `entropy_control/assist_active` and `entropy_control/entropy_coef`.
+        entropy_bonus_assist_window (`int`, *optional*, defaults to `5`):
+            Steps at a limit before the bonus takes over, and off the limits before it hands back; >= 1.
 
     > Adaptive clip-higher (`entropy_control="adaptive_clip"`)
 
@@ -251,7 +349,7 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_control: str = field(
         default="none",
         metadata={
-            "help": "Entropy control: 'none' (plain GRPO), 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
+            "help": "Entropy control: 'none' (plain GRPO), 'entropy_bonus', 'trl_adaptive', 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
             "'positive_reweight', 'w_reinforce' or 'entropic'.",
             "choices": list(ENTROPY_CONTROLS),
         },
@@ -266,14 +364,18 @@ class GRPOEntropyConfig(GRPOConfig):
             "choices": ["constant", "linear", "cosine", "wsd"],
         },
     )
-    entropy_schedule_start: float | None = field(
+    # Annotated `float | str` so that the command line and YAML accept "initial" and "0.5*initial" next to numbers.
+    entropy_schedule_start: float | str | None = field(
         default=None,
-        metadata={"help": "Target entropy (nats per completion token) at the start of training; >= 0."},
+        metadata={"help": "Target entropy (nats per completion token) at the start of training, >= 0; or 'initial' "
+                  "(the starting model's entropy, measured on the first generation batch) or a fraction of it, "
+                  "e.g. '0.9*initial'."},
     )
-    entropy_schedule_end: float | None = field(
+    entropy_schedule_end: float | str | None = field(
         default=None,
-        metadata={"help": "Target entropy on the last optimizer step; >= 0. Required by 'linear', 'cosine' and "
-                  "'wsd' (for 'wsd' <= entropy_schedule_start); 'constant' ignores it."},
+        metadata={"help": "Target entropy on the last optimizer step, >= 0, or a fraction of the initial entropy "
+                  "('0.5*initial'). Required by 'linear', 'cosine' and 'wsd' (for 'wsd' <= entropy_schedule_start); "
+                  "'constant' ignores it."},
     )
     entropy_schedule_warmup_steps: int = field(
         default=0,
@@ -287,6 +389,52 @@ class GRPOEntropyConfig(GRPOConfig):
         default=20,
         metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
                   "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
+    )
+    entropy_bonus_kp: float = field(
+        default=0.05,
+        metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error; >= 0."},
+    )
+    entropy_bonus_ki: float = field(
+        default=0.005,
+        metadata={"help": "Entropy bonus: integral gain per optimizer step, coefficient per unit of relative error; "
+                  ">= 0."},
+    )
+    entropy_bonus_kff: float = field(
+        default=2.0,
+        metadata={"help": "Entropy bonus: feed-forward gain on the target's relative slope per step (an anneal moves "
+                  "the coefficient before an error builds up); >= 0."},
+    )
+    entropy_bonus_min: float = field(
+        default=-0.1,
+        metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0."},
+    )
+    entropy_bonus_max: float = field(
+        default=0.1,
+        metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0."},
+    )
+    entropy_bonus_horizon: float = field(
+        default=3.0,
+        metadata={"help": "Entropy bonus: optimizer steps ahead at which the filtered entropy is predicted from its "
+                  "trend (brakes before an overshoot); >= 0, 0 = feed back the filtered level."},
+    )
+    entropy_bonus_level_smoothing: float = field(
+        default=0.3,
+        metadata={"help": "Entropy bonus: weight of the newest measurement in the filtered level, in (0, 1]."},
+    )
+    entropy_bonus_trend_smoothing: float = field(
+        default=0.2,
+        metadata={"help": "Entropy bonus: weight of the newest level change in the filtered trend, in (0, 1]."},
+    )
+    entropy_bonus_assist: bool = field(
+        default=False,
+        metadata={"help": "Give a target-following paper control (adaptive_clip, entrocraft, positive_reweight, "
+                  "entropic) the feedback entropy bonus as a second actuator, used only while the paper's knob is "
+                  "saturated."},
+    )
+    entropy_bonus_assist_window: int = field(
+        default=5,
+        metadata={"help": "Entropy bonus assist: optimizer steps the paper's knob must sit at a limit before the bonus "
+                  "takes over, and off its limits before the bonus hands back; >= 1."},
     )
     adaptive_clip_delta: float = field(
         default=0.02,
@@ -405,6 +553,8 @@ class GRPOEntropyConfig(GRPOConfig):
 
     def __post_init__(self):
         self._validate_bool_fields()  # before GRPOConfig acts on a truthy string such as "no"
+        if self.entropy_control == "trl_adaptive":
+            self.use_adaptive_entropy = True  # TRL's rule is the control; its target comes from the schedule
         super().__post_init__()
         self._validate_entropy_fields()
         self._validate_model_card_fields()
@@ -533,8 +683,20 @@ class GRPOEntropyConfig(GRPOConfig):
                 )
         for name in ("entropy_schedule_start", "entropy_schedule_end"):
             value = getattr(self, name)
-            if value is not None and (not _is_number(value) or value < 0):
+            try:
+                parsed = parse_entropy_value(value)
+            except ValueError as err:
+                raise ValueError(f"{name} {err}") from None
+            if parsed is None:
+                continue
+            kind, number = parsed
+            if number < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+            if kind == "nats":
+                setattr(self, name, number)  # "0.8" from the command line is 0.8
+            else:
+                setattr(self, name, INITIAL if number == 1.0 else f"{number:g}*{INITIAL}")
+        self._validate_entropy_bonus_fields()
         if not isinstance(self.entropy_schedule_warmup_steps, int) or self.entropy_schedule_warmup_steps < 0:
             raise ValueError(
                 f"entropy_schedule_warmup_steps must be an integer >= 0, got {self.entropy_schedule_warmup_steps!r}."
@@ -681,18 +843,69 @@ class GRPOEntropyConfig(GRPOConfig):
                 stacklevel=3,
             )
 
-        if self.entropy_control != "none" and self.use_adaptive_entropy and not self.allow_trl_adaptive_entropy:
+        if (self.entropy_control not in ("none", "trl_adaptive") and self.use_adaptive_entropy
+                and not self.allow_trl_adaptive_entropy):
             raise ValueError(
                 f"use_adaptive_entropy=True (TRL's adaptive entropy coefficient) together with "
                 f"entropy_control={self.entropy_control!r} runs two controllers on the same entropy. Set "
                 "allow_trl_adaptive_entropy=True to do it anyway, or use one of them."
             )
 
+    @property
+    def schedule_needs_initial_entropy(self) -> bool:
+        """Whether the schedule's start or end is given relative to the starting model's measured entropy."""
+        return any(isinstance(v, str) for v in (self.entropy_schedule_start, self.entropy_schedule_end))
+
+    def _validate_entropy_bonus_fields(self) -> None:
+        for name in ("entropy_bonus_kp", "entropy_bonus_ki", "entropy_bonus_kff", "entropy_bonus_horizon"):
+            self._validate_range(name, 0.0, math.inf)
+        self._validate_range("entropy_bonus_min", -math.inf, 0.0)
+        self._validate_range("entropy_bonus_max", 0.0, math.inf)
+        self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
+        self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
+        window = self.entropy_bonus_assist_window
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"entropy_bonus_assist_window must be an integer >= 1, got {window!r}.")
+        control = self.entropy_control
+        if control == "entropy_bonus":
+            if self.use_adaptive_entropy:
+                raise ValueError(
+                    "entropy_control='entropy_bonus' moves entropy_coef itself; use_adaptive_entropy=True would run "
+                    "TRL's rule on the same coefficient. Turn use_adaptive_entropy off, or use "
+                    "entropy_control='trl_adaptive' for TRL's rule."
+                )
+            if not (self.entropy_bonus_min <= self.entropy_coef <= self.entropy_bonus_max):
+                raise ValueError(
+                    f"entropy_coef (the initial coefficient of entropy_control='entropy_bonus', {self.entropy_coef}) "
+                    f"must lie in [entropy_bonus_min, entropy_bonus_max] = [{self.entropy_bonus_min}, "
+                    f"{self.entropy_bonus_max}]."
+                )
+        if self.entropy_bonus_assist:
+            assistable = [c for c in TARGET_FOLLOWING_CONTROLS if c not in COEFFICIENT_CONTROLS]
+            fixed = control == "positive_reweight" and self.positive_reweight_schedule != "entropy"
+            if control not in assistable or fixed:
+                raise ValueError(
+                    f"entropy_bonus_assist=True needs a target-following paper control, one of {assistable} (with "
+                    f"positive_reweight_schedule='entropy'); got entropy_control={control!r}"
+                    + (" with a fixed progression." if fixed else ".")
+                    + (" Its knob already is the entropy coefficient." if control in COEFFICIENT_CONTROLS else "")
+                )
+            if self.use_adaptive_entropy:
+                raise ValueError(
+                    "entropy_bonus_assist=True moves entropy_coef; it cannot run with use_adaptive_entropy=True "
+                    "(TRL's rule on the same coefficient)."
+                )
+
     def _validate_schedule_shape(self, schedule_defaulted: bool) -> None:
         """A named schedule's start/end must describe the curve its name promises."""
         name, start, end = self.entropy_schedule, self.entropy_schedule_start, self.entropy_schedule_end
         if not isinstance(name, str):
             return
+        if isinstance(start, str) or isinstance(end, str):  # relative to the initial entropy: compare fractions
+            start_kind, start = parse_entropy_value(start) if start is not None else (None, None)
+            end_kind, end = parse_entropy_value(end) if end is not None else (None, None)
+            if start_kind != end_kind and end is not None:  # one in nats, one relative: compared once measured
+                start = None
         if name in ("linear", "cosine", "wsd") and end is None:
             raise ValueError(
                 f"entropy_schedule={name!r} needs entropy_schedule_end (the target of the last step); without it the "

@@ -46,8 +46,8 @@ from ..losses.covariance import wide_float_dtype
 from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
-from ..scheduling.schedules import make_schedule
-from .grpo_entropy_config import GRPOEntropyConfig
+from ..scheduling.schedules import CallableSchedule, make_schedule
+from .grpo_entropy_config import GRPOEntropyConfig, parse_entropy_value
 
 _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
 
@@ -228,6 +228,57 @@ def check_train_dataset(dataset, args) -> None:
         )
 
 
+def _resolve_entropy_value(value, initial: float | None) -> float | None:
+    """A schedule start/end in nats: numbers as they are, "initial"-relative values times ``initial`` (``None`` while
+    the initial entropy is unknown)."""
+    parsed = parse_entropy_value(value)
+    if parsed is None:
+        return None
+    kind, number = parsed
+    if kind == "nats":
+        return number
+    return None if initial is None else number * initial
+
+
+def _max_entropy(model) -> float | None:
+    """log(vocabulary size): the largest per-token entropy the model's output distribution can have."""
+    try:
+        size = model.get_output_embeddings().weight.shape[0]
+    except Exception:  # a model without output embeddings we can read: no check
+        size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return math.log(size) if isinstance(size, int) and size > 1 else None
+
+
+class _InitialEntropySchedule(CallableSchedule):
+    """Stands in for a schedule whose start or end is relative to the initial entropy until that is measured:
+    returns ``None`` (no target) before :meth:`resolve`, then the resolved schedule's values."""
+
+    def __init__(self):
+        self.schedule = None
+        self.fn = self
+        self.phase_fn = None
+        self.warmup_steps = 0
+
+    @property
+    def resolved(self) -> bool:
+        return self.schedule is not None
+
+    def resolve(self, schedule) -> None:
+        self.schedule = schedule
+
+    def __call__(self, step: int, total_steps: int) -> float | None:
+        return None if self.schedule is None else self.schedule(step, total_steps)
+
+    def phase(self, step: int, total_steps: int) -> str | None:
+        return None if self.schedule is None else self.schedule.phase(step, total_steps)
+
+    def __getattr__(self, name):
+        schedule = self.__dict__.get("schedule")
+        if schedule is None:
+            raise AttributeError(f"{name!r}: the schedule is not resolved yet (it waits for the initial entropy)")
+        return getattr(schedule, name)
+
+
 class _DropTrlAllNoneWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "All reward functions returned None" not in str(record.msg)
@@ -303,7 +354,8 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_window: torch.Tensor | None = None  # (Σ entropy·mask, Σ mask) over this step's micro-batches
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
-        self._ec_score_capture = False
+        self._ec_score_capture = False  # armed per generation until the policy's old-log-prob pass has been read
+        self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
         self._ec_all_rejected = 0
         self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 20))
@@ -312,15 +364,17 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self.entropy_phase: str | None = None
         self.last_measured_entropy: float | None = None
         self.entropy_schedule = None
+        self.initial_entropy: float | None = None  # measured on the first generation batch when the schedule needs it
+        self._ec_schedule_callback = None
+        self.max_entropy = _max_entropy(self.model)
         if self.entropy_control is not None and args.entropy_schedule is not None:
-            self.entropy_schedule = make_schedule(
-                args.entropy_schedule,
-                start=args.entropy_schedule_start,
-                end=args.entropy_schedule_end,
-                warmup_steps=args.entropy_schedule_warmup_steps,
-                anneal_ratio=args.entropy_schedule_anneal_ratio,
-            )
-            self.add_callback(EntropyScheduleCallback(self.entropy_schedule, trainer=self))
+            self._check_targets_below_max_entropy()
+            if args.schedule_needs_initial_entropy:
+                self.entropy_schedule = _InitialEntropySchedule()  # resolved at the first generation batch
+            else:
+                self.entropy_schedule = self._build_schedule(None)
+            self._ec_schedule_callback = EntropyScheduleCallback(self.entropy_schedule, trainer=self)
+            self.add_callback(self._ec_schedule_callback)
         self._ec_plan: dict[int, torch.Tensor] = {}  # micro-batch index (self._step) -> planned selection
         self._ec_micro_in_step = 0  # micro-batches of the current optimizer step already computed
         self._ec_warned_split_window = False
@@ -333,14 +387,81 @@ class GRPOEntropyTrainer(GRPOTrainer):
             self.entropy_control.apply(self)
 
     # ------------------------------------------------------------------ schedule (F)
-    def set_entropy_target(self, target: float, phase: str | None = None) -> None:
-        """Called by `EntropyScheduleCallback` at the start of every optimizer step."""
-        self.entropy_target = float(target)
+    def set_entropy_target(self, target: float | None, phase: str | None = None) -> None:
+        """Called by `EntropyScheduleCallback` at the start of every optimizer step (``None``: no target yet, the
+        schedule waits for the initial entropy). Where TRL's adaptive coefficient runs (`trl_adaptive`, or
+        `allow_trl_adaptive_entropy`), its `args.entropy_target` follows the schedule too."""
+        self.entropy_target = None if target is None else float(target)
         self.entropy_phase = phase
+        if target is not None and getattr(self.args, "use_adaptive_entropy", False):
+            self.args.entropy_target = float(target)
+
+    def _build_schedule(self, initial: float | None):
+        """The schedule of the config, with start/end given relative to ``initial`` resolved to nats."""
+        args = self.args
+        return make_schedule(
+            args.entropy_schedule,
+            start=_resolve_entropy_value(args.entropy_schedule_start, initial),
+            end=_resolve_entropy_value(args.entropy_schedule_end, initial),
+            warmup_steps=args.entropy_schedule_warmup_steps,
+            anneal_ratio=args.entropy_schedule_anneal_ratio,
+        )
+
+    def _check_targets_below_max_entropy(self, initial: float | None = None) -> None:
+        """Refuse a target above log(vocabulary size), the largest entropy a token distribution can have."""
+        if self.max_entropy is None:
+            return
+        for name in ("entropy_schedule_start", "entropy_schedule_end"):
+            raw = getattr(self.args, name)
+            value = _resolve_entropy_value(raw, initial)
+            if value is not None and value > self.max_entropy:
+                measured = "" if not isinstance(raw, str) else f" ({raw} with an initial entropy of {initial:.4f})"
+                raise ValueError(
+                    f"{name} = {value:g} nats{measured} is above the largest entropy this model can have, "
+                    f"log(vocabulary size) = {self.max_entropy:.3f} nats: no control can reach it. Choose a target "
+                    f"below {self.max_entropy:.3f} (entropy is in nats per completion token)."
+                )
+
+    def _resolve_initial_entropy(self, output) -> None:
+        """At the first training generation batch, when the schedule is relative to the starting entropy: measure
+        the token-mean entropy of the whole batch under the current policy (one no-grad forward, summed over
+        processes, so every rank resolves the same value), build the schedule and set this step's target."""
+        if not isinstance(self.entropy_schedule, _InitialEntropySchedule) or self.entropy_schedule.resolved:
+            return
+        if not self.model.training:
+            return
+        loss_mask = output["completion_mask"]
+        if "tool_mask" in output:
+            loss_mask = loss_mask * output["tool_mask"]
+        entropy = self._rollout_entropy(output, loss_mask, "extra_pass")
+        if entropy is None:
+            warnings.warn(
+                f"Step {self.state.global_step}: the initial entropy could not be measured on this generation batch "
+                "(no completion tokens, or not finite); the schedule waits for the next one.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        self._set_initial_entropy(entropy)
+        self._metrics["train"][METRIC_PREFIX + "initial_entropy"].append(entropy)
+
+    def _set_initial_entropy(self, entropy: float) -> None:
+        self._check_targets_below_max_entropy(entropy)
+        self.initial_entropy = float(entropy)
+        self.entropy_schedule.resolve(self._build_schedule(self.initial_entropy))
+        if self._ec_schedule_callback is not None and self.state.max_steps:
+            self._ec_schedule_callback.on_step_begin(self.args, self.state, None)
 
     # ------------------------------------------------------------------ measure (D)
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        if self._ec_score_capture:  # TRL's old-log-prob pass: take the entropy from the same forward
+        model = args[0] if args else kwargs.get("model")
+        if self._ec_score_capture and self._is_policy_forward(model):
+            # TRL's old-log-prob pass (the policy's first forward of the generation): take the entropy from the same
+            # forward. Disarmed at once, so the reference pass that follows with beta > 0 (or any later forward)
+            # never writes the captured entropies.
+            # TRL private: `_generate_and_score_completions` passes `self.model` for the old log-probs, then
+            # `self.ref_model` (or `self.model` under `use_adapter`) for the reference, in that order.
+            self._ec_score_capture = False
             kwargs["compute_entropy"] = True
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
             self._ec_scoring_entropies = entropies.detach()
@@ -349,6 +470,29 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if self._ec_capture and entropies is not None:
             self._ec_captured_entropies = entropies.detach()
         return logps, entropies, aux
+
+    def _peft_policy_adapter(self):
+        """The PEFT model's active adapter (``None`` without PEFT), read before TRL's passes: the policy's."""
+        from accelerate.utils import is_peft_model
+
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        return unwrapped.active_adapter if is_peft_model(unwrapped) else None
+
+    def _is_policy_forward(self, model) -> bool:
+        """Whether a `_get_per_token_logps_and_entropies` call inside TRL's `_generate_and_score_completions` runs
+        the policy being trained rather than TRL's KL reference (beta > 0). Without PEFT the reference is a separate
+        `self.ref_model`; with PEFT it is `self.model` itself inside TRL's `use_adapter(...)`, which either disables
+        the adapters (`disable_adapter()`) or activates an adapter named "ref" (re-training an existing adapter)."""
+        from accelerate.utils import is_peft_model
+
+        if model is None or model is not self.model or (self.ref_model is not None and model is self.ref_model):
+            return False
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        if not is_peft_model(unwrapped):
+            return True
+        if not getattr(unwrapped, "has_active_enabled_adapter", True):  # inside `disable_adapter()`
+            return False
+        return unwrapped.active_adapter == self._ec_policy_adapter  # not the "ref" adapter
 
     # ------------------------------------------------------------------ rollouts (B)
     def _trl_runs_scoring_pass(self) -> bool:
@@ -366,15 +510,22 @@ class GRPOEntropyTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         control = self.entropy_control
         if control is None or not control.uses_rollouts or not self.model.training:
-            return self._check_finite_advantages(super()._generate_and_score_completions(inputs))
+            output = self._check_finite_advantages(super()._generate_and_score_completions(inputs))
+            self._resolve_initial_entropy(output)
+            return output
         source = self._rollout_entropy_source()
         self._ec_scoring_entropies = None
-        self._ec_score_capture = source == "scoring_pass"
+        # Armed only when TRL runs the policy's old-log-prob pass (the same condition as TRL's); it comes before the
+        # reference pass, and the first policy forward disarms it. Without it, "scoring_pass" falls back to an extra
+        # pass in `_rollout_entropy`.
+        self._ec_policy_adapter = self._peft_policy_adapter()
+        self._ec_score_capture = source == "scoring_pass" and self._trl_runs_scoring_pass()
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
             self._ec_score_capture = False
         output = self._check_finite_advantages(output)
+        self._resolve_initial_entropy(output)
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
@@ -841,6 +992,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
             "target": self.entropy_target,
             "phase": self.entropy_phase,
             "last_measured_entropy": self.last_measured_entropy,
+            "initial_entropy": self.initial_entropy,
             "saturation": self._ec_saturation.state_dict(),
             "state": self.entropy_control.state_dict(),
         }
@@ -876,4 +1028,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_saturation.load_state_dict(payload.get("saturation", {}))
         self._ec_warned_saturation = self._ec_saturation.events > 0
         self.last_measured_entropy = payload.get("last_measured_entropy")
+        initial = payload.get("initial_entropy")
+        if initial is not None and isinstance(self.entropy_schedule, _InitialEntropySchedule):
+            self._set_initial_entropy(float(initial))  # the value the run started from, not a new measurement
         self.entropy_control.apply(self)

@@ -1,0 +1,171 @@
+"""EntropyBonusController alone: hand-computed steps, step response, bounds and anti-windup, a negative coefficient,
+feed-forward, state round trip, and a closed loop on a simulated plant with delay-free integrating dynamics."""
+
+import math
+import random
+
+import pytest
+
+from trl_entropy.scheduling import EntropyBonusController
+
+
+def make(**kw):
+    base = dict(kp=0.05, ki=0.005, kff=2.0, c_min=-0.1, c_max=0.1, horizon=3.0, level_smoothing=0.3,
+                trend_smoothing=0.2)
+    base.update(kw)
+    return EntropyBonusController(**base)
+
+
+def test_first_steps_by_hand():
+    c = make()
+    # step 1: level = 0.5 (first measurement), trend 0, prediction 0.5; e = (1 - 0.5)/1 = 0.5; no slope yet
+    v1 = c.update(0.5, 1.0)
+    assert c.predicted == pytest.approx(0.5)
+    assert c.error == pytest.approx(0.5)
+    assert v1 == pytest.approx(0.0 + 0.05 * 0.5)  # I (0) + kp e; ff 0
+    assert c.integral == pytest.approx(0.005 * 0.5)
+    # step 2: measured 0.7 -> level = 0.3*0.7 + 0.7*(0.5 + 0) = 0.56; trend = 0.2*(0.06) = 0.012
+    # prediction 0.56 + 3*0.012 = 0.596; e = 0.404; c = 0.0025 + 0.05*0.404
+    v2 = c.update(0.7, 1.0)
+    assert c.level == pytest.approx(0.56)
+    assert c.trend == pytest.approx(0.012)
+    assert c.predicted == pytest.approx(0.596)
+    assert v2 == pytest.approx(0.0025 + 0.05 * 0.404)
+    assert c.integral == pytest.approx(0.0025 + 0.005 * 0.404)
+
+
+def test_step_response_signs():
+    low = make()
+    assert all(low.update(0.2, 1.0) > 0 for _ in range(5))  # entropy below target: a bonus
+    high = make()
+    assert all(high.update(2.0, 1.0) < 0 for _ in range(5))  # above target: a penalty (negative coefficient)
+    assert high.value < 0 and high.integral < 0
+
+
+def test_relative_error_is_clipped():
+    c = make(ki=0.0, horizon=0.0)
+    c.update(5.0, 1.0)  # (1 - 5) / 1 = -4, clipped to -1
+    assert c.error == -1.0 and c.value == pytest.approx(-0.05)
+
+
+def test_bounds_and_anti_windup():
+    c = make(kp=0.05, ki=0.02, c_max=0.1)
+    for _ in range(200):  # a long collapse the knob cannot undo: the output sits at c_max
+        c.update(0.0, 1.0)
+    assert c.value == pytest.approx(0.1)
+    assert c.integral <= 0.1 + 1e-12  # the integral does not wind up past the bound
+    assert c.limit_push == 1
+    # once entropy is above the target the coefficient falls at once (no wound-up integral to unwind first)
+    for _ in range(3):
+        c.update(2.0, 1.0)
+    assert c.value < 0.1 - 0.04
+
+
+def test_limit_push_at_lower_bound():
+    c = make(c_min=-0.01)
+    for _ in range(50):
+        c.update(3.0, 1.0)
+    assert c.value == pytest.approx(-0.01) and c.limit_push == -1
+
+
+def test_feedforward_follows_the_target_slope():
+    # on target and flat: nothing; then the target falls by 1% of itself per step: ff = kff * slope / target
+    c = make(kp=0.0, ki=0.0)
+    c.update(1.0, 1.0)
+    assert c.value == pytest.approx(0.0)
+    c.update(1.0, 0.99)
+    assert c.feedforward == pytest.approx(2.0 * -0.01 / 0.99)
+    assert c.value == pytest.approx(c.feedforward)
+
+
+def test_prediction_brakes_a_fast_rise_before_the_target():
+    with_horizon, without = make(horizon=3.0), make(horizon=0.0)
+    for h in (0.2, 0.4, 0.6, 0.8):  # rising fast toward a target of 1.0, still below it
+        with_horizon.update(h, 1.0)
+        without.update(h, 1.0)
+    assert with_horizon.predicted > without.predicted
+    assert with_horizon.value < without.value
+
+
+def test_nonfinite_measurements_are_skipped():
+    c = make()
+    c.update(0.5, 1.0)
+    state = c.state_dict()
+    assert c.update(math.nan, 1.0) == c.value
+    assert c.update(0.5, math.inf) == c.value
+    assert c.skipped == 2
+    assert {k: v for k, v in c.state_dict().items() if k != "skipped"} == \
+        {k: v for k, v in state.items() if k != "skipped"}
+
+
+def test_state_round_trip_continues_exactly():
+    rng = random.Random(0)
+    seq = [(rng.uniform(0.2, 2.0), 1.0 - 0.01 * i) for i in range(30)]
+    a = make()
+    for m, t in seq[:15]:
+        a.update(m, t)
+    b = make()
+    b.load_state_dict(a.state_dict())
+    assert [a.update(m, t) for m, t in seq[15:]] == [b.update(m, t) for m, t in seq[15:]]
+
+
+def test_decay_and_track_hand_back():
+    c = make()
+    for _ in range(10):
+        c.update(0.2, 1.0)
+    before = c.value
+    c.track(0.9, 1.0)
+    assert c.value == before  # tracking moves no output
+    c.decay(0.5)
+    assert c.value == pytest.approx(before * 0.5)
+
+
+@pytest.mark.parametrize("bad", [dict(kp=-1.0), dict(ki=math.nan), dict(c_min=0.1), dict(c_max=-0.1),
+                                 dict(level_smoothing=0.0), dict(trend_smoothing=1.5), dict(horizon=-1.0)])
+def test_bad_arguments_are_refused(bad):
+    with pytest.raises(ValueError):
+        make(**bad)
+
+
+def simulate(controller_update, steps=150, seed=0, target=lambda t: 1.0):
+    """A plant with the shape measured on SmolLM2: entropy drifts down by itself (the policy gradient sharpens the
+    policy), a coefficient c moves it by g(H) * c per step with an authority that grows with H, and the per-step
+    measurement carries noise. Returns the mean relative error after the first 20% of steps."""
+    rng = random.Random(seed)
+    h, c, errors = 1.0, 0.0, []
+    for t in range(steps):
+        h = max(0.02, h - 0.03 * h + 0.6 * h * c)
+        measured = max(0.0, h + rng.gauss(0.0, 0.08))
+        c = controller_update(measured, target(t))
+        if t >= steps // 5:
+            errors.append(abs(h - target(t)) / target(t))
+    return sum(errors) / len(errors)
+
+
+def test_closed_loop_holds_a_constant_and_an_anneal_target():
+    hold = [simulate(make().update, seed=s) for s in range(3)]
+    assert max(hold) < 0.10
+
+    def wsd(t, steps=150):
+        return 1.0 if t < 105 else 1.0 - 0.5 * (t - 105) / 44
+
+    anneal = [simulate(make().update, seed=s, target=wsd) for s in range(3)]
+    assert max(anneal) < 0.15
+
+
+def test_closed_loop_beats_a_bang_bang_rule():
+    """TRL's rule on the same plant: +delta when at or below target, -delta above, c in [0, 1], applied only at or
+    below the target."""
+
+    def trl_rule():
+        state = {"c": 0.0}
+
+        def update(measured, target):
+            state["c"] = min(1.0, state["c"] + 0.005) if measured <= target else max(0.0, state["c"] - 0.005)
+            return state["c"] if measured <= target else 0.0
+
+        return update
+
+    ours = sum(simulate(make().update, seed=s) for s in range(3))
+    theirs = sum(simulate(trl_rule(), seed=s) for s in range(3))
+    assert ours < theirs
