@@ -73,6 +73,15 @@ def smoothed_error(measured, target, window=10, skip_fraction=0.2):
     return sum(tail) / len(tail) if tail else float("nan")
 
 
+def overshoot(measured, target, window=10, skip_fraction=0.2):
+    """Largest excursion of MA10(measured) above MA10(target), relative to the target, after the first
+    ``skip_fraction`` of the steps (0 if it never goes above)."""
+    m, t = moving_average(measured, window), moving_average(target, window)
+    ups = [(a - b) / b for a, b in zip(m, t) if a is not None and b is not None and b > 0]
+    tail = ups[int(len(ups) * skip_fraction):]
+    return max([0.0, *tail])
+
+
 def summarize(measured, target):
     errs = relative_errors(measured, target)
     settle = settling_step(errs)
@@ -145,15 +154,17 @@ def main(argv=None) -> None:
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
                                    schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3)
                 err, raw, settle = summarize(r["measured"], r["target"])
-                rows.append((target_name, method, seed, err, raw, settle, r["final_entropy"], r["final_reward"]))
+                rows.append((target_name, method, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
+                             overshoot(r["measured"], r["target"])))
                 print(f"  seed {seed} {target_name:<8} {method:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
                       f"settle {settle}", flush=True)
 
     print(f"\n{a.testbed} testbed, {steps} optimizer steps per run, steps_per_generation=4 (off-policy), "
           f"H0 = {h0:.3f} nats, seeds {seeds}. err = mean over steps after the first 20% of "
           "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H and reward over the last 10%.")
-    header = "| target | method | err | raw err | settle step | final H | final reward | err vs TRL's rule |"
-    print(header + "\n" + "|---" * 8 + "|")
+    header = ("| target | method | err | raw err | overshoot | settle step | final H | final reward | "
+              "err vs TRL's rule |")
+    print(header + "\n" + "|---" * 9 + "|")
     for target_name in targets:
         trl = [r[3] for r in rows if r[0] == target_name and r[1] == "trl_adaptive_entropy"]
         trl_mean = statistics.mean(trl) if trl else None
@@ -166,7 +177,8 @@ def main(argv=None) -> None:
             settles = [r[5] for r in rs]
             settle_txt = ", ".join("–" if s is None else str(s) for s in settles)
             print(f"| {target_name} | {method} | {mean_sd([100 * e for e in errs], 1)}% | "
-                  f"{mean_sd([100 * r[4] for r in rs], 1)}% | {settle_txt} | {mean_sd([r[6] for r in rs])} | "
+                  f"{mean_sd([100 * r[4] for r in rs], 1)}% | {mean_sd([100 * r[8] for r in rs], 1)}% | "
+                  f"{settle_txt} | {mean_sd([r[6] for r in rs])} | "
                   f"{mean_sd([r[7] for r in rs])} | {ratio} |")
 
 

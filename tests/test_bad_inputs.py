@@ -274,3 +274,24 @@ def test_card_and_pictures_report_the_entropy_the_control_acts_on_not_trls_kept_
     assert f"measured entropy was **{measured[-1]:.4f}** nats" in card
     curve = next(y for label, y in plotted if label == "measured entropy")
     assert curve == pytest.approx(measured)
+
+
+# ---------------------------------------------------------------------------------------------- model path
+@pytest.mark.parametrize("name", ["/nonexistent/model", "./no-such-run/checkpoint-100"])
+def test_a_missing_model_folder_is_no_such_folder_not_a_repo_id_error(tmp_path, name):
+    with pytest.raises(FileNotFoundError, match=r"^model: no such folder: ") as info:
+        GRPOEntropyTrainer(model=name, reward_funcs=count_ones_reward, args=tiny_args(tmp_path),
+                           train_dataset=tiny_dataset())
+    assert "Repo id" not in str(info.value)
+    with pytest.raises(FileNotFoundError, match="no such folder"):  # also without args (the default output_dir)
+        GRPOEntropyTrainer(model=name, reward_funcs=count_ones_reward)
+
+
+def test_an_existing_model_folder_given_as_a_string_trains(tmp_path):
+    folder = tmp_path / "model"
+    tiny_model().save_pretrained(folder)
+    trainer = GRPOEntropyTrainer(model=str(folder), reward_funcs=count_ones_reward,
+                                 args=tiny_args(tmp_path / "out", max_steps=1), train_dataset=tiny_dataset(),
+                                 processing_class=tiny_tokenizer())
+    trainer.train()
+    assert trainer.state.global_step == 1

@@ -1,3 +1,5 @@
+import functools
+import re
 import warnings
 
 import pytest
@@ -203,3 +205,45 @@ def test_feedback_fields_under_a_fixed_lambda_progression_warn():
         warnings.simplefilter("error", UserWarning)
         cfg(entropy_control="positive_reweight", positive_reweight_schedule="stage")
         cfg(entropy_control="positive_reweight", entropy_schedule_start=0.5, positive_reweight_kp=1.0)
+
+
+def _one_argument(step):
+    return 1.0
+
+
+class _Schedule:
+    def __call__(self, step, total_steps):
+        return 1.0
+
+
+@pytest.mark.parametrize("schedule, shown", [
+    (lambda step: 1.0, r"signature \(step\)"),
+    (_one_argument, r"'_one_argument' has the signature \(step\)"),
+    (lambda: 1.0, r"signature \(\)"),
+    (lambda step, total, extra: 1.0, r"missing a required argument: 'extra'"),
+    (lambda step, total, *, key: 1.0, r"missing a required argument: 'key'"),
+])
+def test_a_callable_schedule_with_the_wrong_arity_is_refused_when_the_config_is_built(schedule, shown):
+    with pytest.raises(ValueError, match=r"entropy_schedule .* is called as fn\(step, total_steps\)") as info:
+        cfg(entropy_control="adaptive_clip", entropy_schedule=schedule, **OFF)
+    assert re.search(shown, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("schedule", [
+    lambda step, total_steps: 1.0,
+    lambda *args: 1.0,
+    lambda step, total_steps=100, scale=1.0: 1.0,
+    functools.partial(lambda scale, step, total_steps: scale, 1.0),
+    functools.partial(lambda step, total_steps, scale: scale, scale=1.0),
+    _Schedule(),
+    max,  # a builtin: its signature cannot be read, so it is accepted unchecked
+])
+def test_callable_schedules_that_take_step_and_total_steps_are_accepted(schedule):
+    assert cfg(entropy_control="adaptive_clip", entropy_schedule=schedule, **OFF).entropy_schedule is schedule
+
+
+def test_reward_error_search_is_off_by_default_and_a_bool():
+    assert cfg().reward_error_search is False
+    assert cfg(reward_error_search=True).reward_error_search is True
+    with pytest.raises(ValueError, match="reward_error_search must be True or False"):
+        cfg(reward_error_search="yes")

@@ -11,7 +11,7 @@ from trl_entropy.scheduling import EntropyBonusController
 
 def make(**kw):
     base = dict(kp=0.05, ki=0.005, kff=2.0, c_min=-0.1, c_max=0.1, horizon=3.0, level_smoothing=0.3,
-                trend_smoothing=0.2)
+                trend_smoothing=0.2)  # hand-computed cases use these; the closed-loop tests use the defaults
     base.update(kw)
     return EntropyBonusController(**base)
 
@@ -127,45 +127,37 @@ def test_bad_arguments_are_refused(bad):
         make(**bad)
 
 
-def simulate(controller_update, steps=150, seed=0, target=lambda t: 1.0):
-    """A plant with the shape measured on SmolLM2: entropy drifts down by itself (the policy gradient sharpens the
-    policy), a coefficient c moves it by g(H) * c per step with an authority that grows with H, and the per-step
-    measurement carries noise. Returns the mean relative error after the first 20% of steps."""
+def simulate(controller_update, steps=150, seed=0, target=lambda t: 1.0, lag=0.5, authority=0.6):
+    """A simplified plant with the shape measured on SmolLM2: entropy drifts down by itself, fast at first (the
+    policy gradient sharpens the policy), a coefficient c moves it by ``authority * h * c`` per step through a lag
+    (the optimizer's momentum), and each step's measurement carries 10% noise. Returns the mean relative error of
+    the true entropy after the first 20% of steps. A guard against sign errors and instability of the law, not a
+    performance claim: the benchmarks measure that on a real model."""
     rng = random.Random(seed)
-    h, c, errors = 1.0, 0.0, []
+    h, c, lagged, errors = 1.2, 0.0, 0.0, []
     for t in range(steps):
-        h = max(0.02, h - 0.03 * h + 0.6 * h * c)
-        measured = max(0.0, h + rng.gauss(0.0, 0.08))
-        c = controller_update(measured, target(t))
+        drift = 0.02 + 0.08 * math.exp(-t / 10)
+        lagged = (1 - lag) * lagged + lag * c
+        h = min(4.0, max(0.02, h * (1 - drift + authority * lagged)))
+        c = controller_update(max(0.0, h * (1 + rng.gauss(0.0, 0.1))), target(t))
         if t >= steps // 5:
             errors.append(abs(h - target(t)) / target(t))
     return sum(errors) / len(errors)
 
 
+def wsd(t, steps=150):
+    return 1.0 if t < 105 else 1.0 - 0.5 * (t - 105) / 44
+
+
 def test_closed_loop_holds_a_constant_and_an_anneal_target():
-    hold = [simulate(make().update, seed=s) for s in range(3)]
-    assert max(hold) < 0.10
-
-    def wsd(t, steps=150):
-        return 1.0 if t < 105 else 1.0 - 0.5 * (t - 105) / 44
-
-    anneal = [simulate(make().update, seed=s, target=wsd) for s in range(3)]
-    assert max(anneal) < 0.15
+    hold = [simulate(EntropyBonusController().update, seed=s) for s in range(3)]
+    anneal = [simulate(EntropyBonusController().update, seed=s, target=wsd) for s in range(3)]
+    open_loop = simulate(lambda measured, target: 0.0)
+    assert open_loop > 0.5  # without control the plant collapses
+    assert sum(hold) / 3 < 0.08 and sum(anneal) / 3 < 0.10
 
 
-def test_closed_loop_beats_a_bang_bang_rule():
-    """TRL's rule on the same plant: +delta when at or below target, -delta above, c in [0, 1], applied only at or
-    below the target."""
-
-    def trl_rule():
-        state = {"c": 0.0}
-
-        def update(measured, target):
-            state["c"] = min(1.0, state["c"] + 0.005) if measured <= target else max(0.0, state["c"] - 0.005)
-            return state["c"] if measured <= target else 0.0
-
-        return update
-
-    ours = sum(simulate(make().update, seed=s) for s in range(3))
-    theirs = sum(simulate(trl_rule(), seed=s) for s in range(3))
-    assert ours < theirs
+def test_closed_loop_with_the_signs_flipped_fails():
+    """The test above would catch a sign error: the same law pushing the wrong way loses the target."""
+    flipped = EntropyBonusController()
+    assert simulate(lambda m, t: -flipped.update(m, t)) > 0.5

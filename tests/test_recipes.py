@@ -17,7 +17,8 @@ RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "*.yaml")))
 def test_a_recipe_per_paper_setup_is_shipped():
     names = {os.path.basename(p) for p in RECIPES}
     assert {"testbed.yaml", "entropy_scheduling_qwen2.5-7b_dapo17k_wsd.yaml", "clip_cov_qwen2.5-7b.yaml",
-            "kl_cov_qwen2.5-7b.yaml", "entrocraft_qwen3-4b-base_linear.yaml", "positive_reweight.yaml"} <= names
+            "kl_cov_qwen2.5-7b.yaml", "entrocraft_qwen3-4b-base_linear.yaml", "positive_reweight.yaml",
+            "entropy_bonus_smollm2_wsd.yaml", "entropy_bonus_qwen2.5-7b_dapo17k_wsd.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=os.path.basename)

@@ -97,7 +97,7 @@ def test_reachable_knob_range_is_not_saturated(tmp_path):
 
 def test_entrocraft_outside_its_band_saturates(tmp_path):
     _, saturated, messages = _train(
-        tmp_path, entropy_control="entrocraft", entropy_schedule_start=2.639, entrocraft_mode="hard",
+        tmp_path, entropy_control="entrocraft", entropy_schedule_start=2.639, entrocraft_mode="hard", entrocraft_band=0.0,
         saturation_window=2)
     assert saturated[-1] == 1.0 and len(messages) == 1
 

@@ -121,10 +121,48 @@ def test_a_reward_function_that_raises_is_reported_with_the_completion_index(tmp
             out.append(0.0)
         return out
 
-    trainer = make(tiny_args(tmp_path, max_steps=2), reward=picky_reward)
+    trainer = make(tiny_args(tmp_path, max_steps=2, reward_error_search=True), reward=picky_reward)
     with pytest.raises(RuntimeError, match=r"Reward function 'picky_reward' raised KeyError on completion \d+ of the "
-                                           r"batch \(prompt '3\+"):
+                                           r"batch of 8 \(prompt '3\+"):
         trainer.train()
+
+
+def test_a_reward_function_that_raises_is_not_rerun_by_default(tmp_path):
+    """Without reward_error_search the function is called once per batch (no per-completion re-runs, which cost as
+    much as the batch for sandboxed or paid rewards); the error names the function, the exception and the batch."""
+    calls = []
+
+    def costly_reward(prompts, completions, **kwargs):
+        calls.append(len(completions))
+        raise ValueError("sandbox timed out")
+
+    trainer = make(tiny_args(tmp_path, max_steps=2), reward=costly_reward)
+    with pytest.raises(RuntimeError, match=r"Reward function 'costly_reward' raised ValueError on a batch of 8 "
+                                           r"completion\(s\): sandbox timed out\. .*reward_error_search=True") as info:
+        trainer.train()
+    assert calls == [8]
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+class AsyncCountOnes:
+    """An async reward given as a callable class instance (its `__call__` is async)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def __call__(self, prompts, completions, **kwargs):
+        self.calls += 1
+        return [float(c.count("1")) for c in completions]
+
+
+def test_an_async_callable_class_instance_is_awaited_not_wrapped(tmp_path):
+    reward = AsyncCountOnes()
+    trainer = make(tiny_args(tmp_path, max_steps=2), reward=reward)
+    assert trainer.reward_funcs[0] is reward  # TRL awaits it; a synchronous wrapper would get a coroutine
+    trainer.train()
+    assert reward.calls == 2
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    assert len(rewards) == 2 and all(math.isfinite(r) for r in rewards)
 
 
 def test_reward_wrapper_is_transparent(tmp_path):

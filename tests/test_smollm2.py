@@ -119,3 +119,35 @@ def test_the_smollm2_recipe_trains_through_the_cli(folder, tmp_path, monkeypatch
     card = (out / "README.md").read_text()
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "entrocraft" in card
     assert (out / "model.safetensors").exists()
+
+
+def test_two_grpo_steps_with_the_feedback_entropy_bonus(folder, tmp_path, monkeypatch):
+    """The recommended control on the real LLM: a target relative to the model's own entropy, resolved on the first
+    batch and refused above log(49152); the coefficient TRL applies is the control's."""
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.testbeds import get_testbed
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", os.path.dirname(os.path.dirname(folder)))
+    tb = get_testbed("smollm2")
+    model, tokenizer = gguf.smollm2(cache_dir=os.path.dirname(folder), progress=False)
+    kwargs = tb.grpo_config_kwargs()
+    kwargs.update(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, num_generations=4,
+                  steps_per_generation=2, entropy_plots=False, model_card_base_model=tb.base_model,
+                  entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="initial",
+                  entropy_schedule_end="0.5*initial")
+    train, _ = tb.datasets(0)
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=tb.reward, args=GRPOEntropyConfig(**kwargs),
+                                 train_dataset=train, processing_class=tokenizer)
+    assert trainer.max_entropy == pytest.approx(math.log(49152))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "entropy_control/measured" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    h0 = trainer.initial_entropy
+    assert 0.1 < h0 < 5.0
+    assert [h["entropy_control/target"] for h in logs] == pytest.approx([h0, 0.5 * h0])
+    assert [h["entropy_control/entropy_coef"] for h in logs] == pytest.approx([h["entropy_coef"] for h in logs])
+    trainer.save_model()
+    card = open(tmp_path / "README.md").read()
+    assert f"**{h0:.4f}** nats" in card and "`entropy_bonus`" in card

@@ -60,11 +60,11 @@ def adaptive_args(path, start, **kw):
 
 
 def test_adaptive_clip_raises_epsilon_high_when_entropy_far_below_target(tmp_path):
-    trainer = train(adaptive_args(tmp_path, start=50.0))  # far above any entropy of a 14-token vocabulary
+    trainer = train(adaptive_args(tmp_path, start=2.639))  # far above any entropy of a 14-token vocabulary
     eps = history(trainer, "entropy_control/epsilon_high")  # value used during each step
     assert eps == pytest.approx([0.28, 0.33, 0.38, 0.43, 0.48, 0.5, 0.5, 0.5])
     assert trainer.epsilon_high == pytest.approx(0.5)  # the knob TRL's loss reads
-    assert history(trainer, "entropy_control/target") == [50.0] * 8
+    assert history(trainer, "entropy_control/target") == [2.639] * 8
     assert all(e < 0 for e in history(trainer, "entropy_control/tracking_error"))
 
 
@@ -76,13 +76,13 @@ def test_adaptive_clip_lowers_epsilon_high_when_entropy_far_above_target(tmp_pat
 
 
 def test_adaptive_clip_warmup_holds_initial(tmp_path):
-    trainer = train(adaptive_args(tmp_path, start=50.0, adaptive_clip_warmup_steps=3, max_steps=5))
+    trainer = train(adaptive_args(tmp_path, start=2.639, adaptive_clip_warmup_steps=3, max_steps=5))
     assert history(trainer, "entropy_control/epsilon_high") == pytest.approx([0.28, 0.28, 0.28, 0.28, 0.33])
 
 
 def test_adaptive_clip_changes_the_update_off_policy(tmp_path):
     """The knob matters where the paper says it does: two runs with different bounds diverge off-policy."""
-    a = train(adaptive_args(tmp_path / "a", start=50.0, max_steps=6, learning_rate=3e-2))
+    a = train(adaptive_args(tmp_path / "a", start=2.639, max_steps=6, learning_rate=3e-2))
     b = train(adaptive_args(tmp_path / "b", start=0.0, max_steps=6, learning_rate=3e-2))
     pa = torch.cat([p.flatten() for p in a.model.parameters()])
     pb = torch.cat([p.flatten() for p in b.model.parameters()])

@@ -146,6 +146,11 @@ RECORDED_METHODS = {
         "owner": "transformers.trainer.Trainer",
         "parameters": ("self", "checkpoint_folder"),
     },
+    "_finish_current_push": {"owner": "transformers.trainer.Trainer", "parameters": ("self",)},
+    "init_hf_repo": {
+        "owner": "transformers.trainer.Trainer",
+        "parameters": ("self", "token", "private"),
+    },
     "_load_optimizer_and_scheduler": {
         "owner": "trl.trainer.grpo_trainer.GRPOTrainer",
         "parameters": ("self", "checkpoint"),

@@ -18,6 +18,8 @@ _LAZY = {
     "EntropyPerformanceFitCallback": ".evaluation",
     "EntropyPlotCallback": ".evaluation",
     "AnnealingCurriculumCallback": ".scheduling",
+    "EntropyControl": ".controls",
+    "register_control": ".controls",
 }
 
 __all__ = [
@@ -29,10 +31,13 @@ __all__ = [
     "EntropyPerformanceFitCallback",
     "EntropyPlotCallback",
     "AnnealingCurriculumCallback",
+    "EntropyControl",
+    "register_control",
     "__version__",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names come from __getattr__
+    from .controls import EntropyControl, register_control
     from .evaluation import EntropyPerformanceFitCallback, EntropyPlotCallback, PassAtKCallback
     from .scheduling import AnnealingCurriculumCallback, EntropyScheduleCallback, make_schedule
     from .trainers import GRPOEntropyConfig, GRPOEntropyTrainer

@@ -42,7 +42,9 @@ OVERRIDDEN_METHODS = (
     "_prepare_inputs",  # GRPOTrainer: per-micro-batch advantage weights and the global token plan (cov_scope)
     "_compute_loss",  # GRPOTrainer: token hooks (policy_loss.trainer_compute_loss) and the per-step entropy window
     "_save_checkpoint",  # GRPOTrainer (over Trainer): model card and entropy_control_state.json in each checkpoint
-    "_push_from_checkpoint",  # transformers Trainer: writes the control state before the checkpoint is uploaded
+    "_push_from_checkpoint",  # transformers Trainer: control state before the upload; keeps the upload futures
+    "_finish_current_push",  # transformers Trainer: after waiting for the uploads, warns about the failed ones
+    "init_hf_repo",  # transformers Trainer: one short error when the Hub repo cannot be created or reached
     "_load_optimizer_and_scheduler",  # GRPOTrainer (over Trainer): restores the control state on resume
     "create_model_card",  # TRL _BaseTrainer: trl-entropy's model card instead of TRL's
     "save_model",  # transformers Trainer: card and pictures; passes Trainer's private `_internal_call` parameter
@@ -60,6 +62,7 @@ USED_PRIVATE_NAMES = (
     # -- methods of transformers.Trainer (GRPOTrainer overrides some of them)
     "_save_checkpoint",  # overridden + super() in grpo_entropy_trainer.py
     "_push_from_checkpoint",  # overridden + super() in grpo_entropy_trainer.py (called by Trainer._save_checkpoint)
+    "_finish_current_push",  # overridden + super() in grpo_entropy_trainer.py (end of train(), push_to_hub())
     "_load_optimizer_and_scheduler",  # overridden + super() in grpo_entropy_trainer.py
     "_get_output_dir",  # called in grpo_entropy_trainer.py _save_checkpoint, for the checkpoint folder
     # -- instance attributes set in GRPOTrainer.__init__

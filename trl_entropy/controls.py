@@ -18,6 +18,11 @@ Hooks (see docs/architecture.md):
 * ``state_dict()`` / ``load_state_dict()``: everything needed to resume exactly.
 
 Controls never compute statistics across processes themselves: the trainer reduces them first.
+
+The registry is the one list of controls: the config's choices (``GRPOEntropyConfig.entropy_control``), which ones
+follow a target, the model card's text and citations and the demo's schedule all come from the registered classes'
+attributes. A control written outside the package is a subclass of :class:`EntropyControl` registered with
+:func:`register_control` (docs/write-your-own-control.md).
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import math
+import os
+import sys
+import warnings
 
 import torch
 
@@ -68,6 +76,7 @@ __all__ = [
     "RolloutDecision",
     "CONTROL_REGISTRY",
     "register_control",
+    "get_control_class",
     "build_control",
 ]
 
@@ -93,7 +102,33 @@ class RolloutDecision:
 
 
 class EntropyControl:
-    """Base class. ``name`` is the config value of ``entropy_control``."""
+    """Base class of every entropy control. Subclass it and register the subclass with :func:`register_control`;
+    ``GRPOEntropyConfig(entropy_control=<name>)`` then accepts it and ``GRPOEntropyTrainer`` runs it.
+
+    Class attributes (read by the config, the trainer, the model card and the demo; the registry is the one place
+    they are declared):
+
+    * ``name``: the config value of ``entropy_control``, set by :func:`register_control`.
+    * ``follows_target``: whether the control steers entropy toward the scheduled target. The config then requires
+      ``entropy_schedule_start`` (and defaults ``entropy_schedule`` to ``"constant"``); the trainer logs the tracking
+      error and watches for saturation. A control that does not follow a target still gets the target logged for
+      reference when a schedule is given. :meth:`follows_target_for` may refine it from the config.
+    * ``knob_name``: the name of the value :attr:`knob` returns, logged each optimizer step as
+      ``entropy_control/<knob_name>`` (``None``: nothing logged). A knob named ``"entropy_coef"`` is TRL's entropy
+      coefficient: such a control gets no ``entropy_bonus_assist`` on top.
+    * ``uses_rollouts``, ``uses_advantage_weights``, ``uses_token_hooks``, ``needs_step_plan``: which hooks the
+      trainer calls (see the module docstring).
+    * ``uses_trl_adaptive_entropy``: the control is TRL's own adaptive entropy coefficient (the config sets
+      ``use_adaptive_entropy=True`` for it).
+    * ``card_text``: one paragraph for the model card's method section (default: the first paragraph of the class
+      docstring).
+    * ``config_prefixes``: prefixes of the config fields the model card lists as the method's parameters.
+    * ``citations``: BibTeX keys, each in :data:`trl_entropy.model_card.BIBTEX` or in the class's own ``bibtex``
+      dict (key -> BibTeX entry), cited on the model card.
+
+    A control may check its own config fields in the classmethod :meth:`validate`, called by ``GRPOEntropyConfig``
+    after the shared checks when the control is chosen.
+    """
 
     name: str = "base"
     follows_target: bool = False
@@ -102,9 +137,40 @@ class EntropyControl:
     uses_advantage_weights: bool = False  # implements advantage_weights
     uses_token_hooks: bool = False  # implements token_hooks (the trainer then computes the loss on our own path)
     needs_step_plan: bool = False  # implements plan_window (selection decided once per optimizer step, globally)
+    uses_trl_adaptive_entropy: bool = False  # the control is TRL's use_adaptive_entropy (set by the config)
+    card_text: str = ""  # one paragraph for the model card ("" = the class docstring's first paragraph)
+    config_prefixes: tuple[str, ...] = ()  # config fields listed on the model card
+    citations: tuple[str, ...] = ()  # keys of trl_entropy.model_card.BIBTEX or of `bibtex`
+    bibtex: dict[str, str] = {}  # a control's own BibTeX entries, by key (never mutated)
 
     def __init__(self, args):
         self.args = args
+
+    @classmethod
+    def follows_target_for(cls, args) -> bool:
+        """Whether the control follows the target with this config (default: ``follows_target``)."""
+        return bool(cls.follows_target)
+
+    @classmethod
+    def ignores_target_because(cls, args) -> str:
+        """Why, with this config, the control does not follow a target (completes a sentence of the config's
+        warning when a schedule is given anyway)."""
+        return "it does not follow a target entropy"
+
+    @classmethod
+    def validate(cls, args) -> None:
+        """Checks of this control's own config fields; raise ``ValueError`` naming the field. Called by
+        ``GRPOEntropyConfig`` when this control is chosen, after the shared checks (``args`` is the config)."""
+
+    @classmethod
+    def method_text(cls) -> str:
+        """The model card's paragraph: ``card_text``, else the class docstring's first paragraph."""
+        if cls.card_text:
+            return cls.card_text
+        doc = (cls.__doc__ or "").strip()
+        if doc and doc != (EntropyControl.__doc__ or "").strip():
+            return " ".join(doc.split("\n\n", 1)[0].split())
+        return f"`{cls.name}`, a control registered outside trl-entropy ({cls.__module__}.{cls.__qualname__})."
 
     def apply(self, trainer) -> None:
         """Push the current knob values into the trainer (called before each optimizer step's micro-batches)."""
@@ -156,14 +222,86 @@ class EntropyControl:
 
 CONTROL_REGISTRY: dict[str, type[EntropyControl]] = {}
 
+# A warning from a control's `validate` points at the user's `GRPOEntropyConfig(...)` line: validate <-
+# _validate_entropy_fields <- __post_init__ <- __init__ <- the caller.
+_USER_STACKLEVEL = 5
 
-def register_control(name: str) -> Callable[[type[EntropyControl]], type[EntropyControl]]:
+
+def _check_declaration(name: str, cls) -> None:
+    """A registered class's attributes have the types the config, the trainer and the model card read."""
+    if not (isinstance(cls, type) and issubclass(cls, EntropyControl)):
+        raise TypeError(f"register_control({name!r}) decorates a subclass of trl_entropy.EntropyControl, got {cls!r}.")
+    where = f"register_control({name!r}) on {cls.__qualname__}"
+    if not isinstance(cls.follows_target, bool):
+        raise TypeError(f"{where}: follows_target must be True or False, got {cls.follows_target!r}.")
+    if cls.knob_name is not None and (not isinstance(cls.knob_name, str) or not cls.knob_name):
+        raise TypeError(f"{where}: knob_name must be a non-empty string or None, got {cls.knob_name!r}.")
+    if not isinstance(cls.card_text, str):
+        raise TypeError(f"{where}: card_text must be a string (one paragraph), got {cls.card_text!r}.")
+    for attr in ("config_prefixes", "citations"):
+        value = getattr(cls, attr)
+        if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) and v for v in value):
+            raise TypeError(f"{where}: {attr} must be a tuple of strings (e.g. ('my_prefix_',)), got {value!r}.")
+    if not isinstance(cls.bibtex, dict) or not all(isinstance(v, str) for v in cls.bibtex.values()):
+        raise TypeError(f"{where}: bibtex must be a dict of BibTeX entries (key -> string), got {cls.bibtex!r}.")
+    from .model_card import BIBTEX
+
+    unknown = [c for c in cls.citations if c not in BIBTEX and c not in cls.bibtex]
+    if unknown:
+        raise ValueError(f"{where}: citation key(s) {unknown} are neither in trl_entropy.model_card.BIBTEX "
+                         f"({sorted(BIBTEX)}) nor in the class's bibtex dict; add the entries there.")
+
+
+def _defined_in(cls) -> str | None:
+    """The file that defines ``cls`` (``None`` for a class typed into an interactive session)."""
+    return getattr(sys.modules.get(cls.__module__), "__file__", None)
+
+
+def _same_definition(old, new) -> bool:
+    """Whether ``new`` is ``old`` defined again: the same class name from the same module or the same file (a
+    re-run notebook cell, a reloaded module, a script both run and imported)."""
+    if old.__qualname__ != new.__qualname__:
+        return False
+    if old.__module__ == new.__module__:
+        return True
+    old_file, new_file = getattr(old, "_registered_from", None), _defined_in(new)
+    return old_file is not None and new_file is not None and os.path.realpath(old_file) == os.path.realpath(new_file)
+
+
+def register_control(name: str, *, replace: bool = False) -> Callable[[type[EntropyControl]], type[EntropyControl]]:
+    """Class decorator: register an :class:`EntropyControl` subclass as ``entropy_control=name``.
+
+    ``GRPOEntropyConfig`` then accepts the name, ``GRPOEntropyTrainer`` builds the class with the config, and the
+    model card names it. A name that is already registered raises ``ValueError`` unless ``replace=True`` (defining the
+    same class again, as re-running a module or a notebook cell does, replaces it silently).
+    """
+    if not isinstance(name, str) or not name or name != name.strip() or any(c.isspace() for c in name):
+        raise ValueError(f"register_control: a control's name is a non-empty string without spaces, got {name!r}.")
+    if name == "none":
+        raise ValueError("register_control: 'none' is entropy_control's value for plain GRPO; choose another name.")
+
     def deco(cls):
+        _check_declaration(name, cls)
+        existing = CONTROL_REGISTRY.get(name)
+        if existing is not None and not replace and not _same_definition(existing, cls):
+            raise ValueError(
+                f"entropy_control {name!r} is already registered, by {existing.__module__}.{existing.__qualname__}; "
+                f"register {cls.__qualname__} under another name, or pass replace=True to register_control to "
+                "replace it."
+            )
         cls.name = name
+        cls._registered_from = _defined_in(cls)
         CONTROL_REGISTRY[name] = cls
         return cls
 
     return deco
+
+
+def get_control_class(name: str) -> type[EntropyControl]:
+    """The class registered as ``entropy_control=name``; ``ValueError`` naming the registered ones otherwise."""
+    if name not in CONTROL_REGISTRY:
+        raise ValueError(f"entropy_control={name!r} has no registered implementation; known: {sorted(CONTROL_REGISTRY)}.")
+    return CONTROL_REGISTRY[name]
 
 
 class ControllerControl(EntropyControl):
@@ -196,6 +334,36 @@ class AdaptiveClipControl(ControllerControl):
 
     follows_target = True
     knob_name = "epsilon_high"
+    card_text = ("adaptive clip-higher (Entropy Scheduling, Wang et al. 2026, Algorithm 1): `epsilon_high` moves by "
+                 "±δ each optimizer step so the windowed measured entropy tracks the target.")
+    config_prefixes = ("adaptive_clip_", "epsilon")
+    citations = ("wang2026",)
+
+    @classmethod
+    def validate(cls, args):
+        from .trainers.grpo_entropy_config import CLIPPED_LOSS_TYPES
+
+        if args.loss_type not in CLIPPED_LOSS_TYPES:
+            raise ValueError(
+                f"entropy_control='adaptive_clip' moves the clip-higher bound, which loss_type={args.loss_type!r} "
+                f"does not use in the same way; loss_type must be one of {list(CLIPPED_LOSS_TYPES)}."
+            )
+        initial = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+        if not (args.adaptive_clip_min <= initial <= args.adaptive_clip_max):
+            raise ValueError(
+                f"epsilon_high (the initial value of adaptive clip, {initial}) must lie in "
+                f"[adaptive_clip_min, adaptive_clip_max] = [{args.adaptive_clip_min}, {args.adaptive_clip_max}]."
+            )
+        if not args.is_off_policy:
+            warnings.warn(
+                "entropy_control='adaptive_clip' moves epsilon_high, but gradient_accumulation_steps is a multiple "
+                "of steps_per_generation * num_iterations, so every update is on-policy (importance "
+                "ratio exactly 1) and the clip bound changes nothing: the controller will not act. Train as the "
+                "paper does, with several optimizer steps per generation batch (steps_per_generation > "
+                "gradient_accumulation_steps, or num_iterations > 1).",
+                UserWarning,
+                stacklevel=_USER_STACKLEVEL,
+            )
 
     def __init__(self, args):
         super().__init__(args)
@@ -233,6 +401,26 @@ class EntrocraftControl(EntropyControl):
     follows_target = True
     uses_rollouts = True
     knob_name = "sign"
+    card_text = ("Entrocraft rollout rejection (Li et al. 2026): when entropy leaves the band around the target, "
+                 "rollouts are rejected by the sign of their advantage.")
+    config_prefixes = ("entrocraft_",)
+    citations = ("li2026",)
+
+    @classmethod
+    def validate(cls, args):
+        if args.entrocraft_entropy_source == "scoring_pass" and not args.is_off_policy and not args.use_vllm:
+            raise ValueError(
+                "entrocraft_entropy_source='scoring_pass' needs the old-log-prob pass TRL runs only for off-policy "
+                "updates or vLLM; use 'auto', 'extra_pass' or 'lagged', or train off-policy."
+            )
+        if args.entrocraft_normalizer == "kept" and args.loss_type == "dr_grpo":
+            warnings.warn(
+                "loss_type='dr_grpo' divides by a constant (batch size x max_completion_length); with "
+                "entrocraft_normalizer='kept' rejected rollouts contribute nothing, but the constant normaliser does "
+                "not shrink with them.",
+                UserWarning,
+                stacklevel=_USER_STACKLEVEL,
+            )
 
     def __init__(self, args):
         super().__init__(args)
@@ -309,8 +497,36 @@ class PositiveReweightControl(ControllerControl):
     """Positive-advantage reweighting (Jin et al.): tokens with A > 0 weighted by lambda, A <= 0 by 1."""
 
     uses_advantage_weights = True
+    follows_target = True  # with the default "entropy" schedule; a fixed progression does not (follows_target_for)
     knob_name = "lambda"
     raises_entropy = -1  # more weight on positive-advantage tokens sharpens the policy
+    card_text = ("positive-advantage reweighting (Jin et al. 2025): tokens with positive advantage are weighted by "
+                 "λ ∈ [0, 1].")
+    config_prefixes = ("positive_reweight_",)
+    citations = ("jin2025",)
+
+    @classmethod
+    def follows_target_for(cls, args) -> bool:
+        return args.positive_reweight_schedule == "entropy"
+
+    @classmethod
+    def ignores_target_because(cls, args) -> str:
+        return f"positive_reweight_schedule={args.positive_reweight_schedule!r} is a fixed progression"
+
+    @classmethod
+    def validate(cls, args):
+        if args.positive_reweight_schedule == "entropy":
+            return
+        feedback_only = args._fields_set("positive_reweight_lambda_init", "positive_reweight_step",
+                                         "positive_reweight_kp")
+        if feedback_only:
+            warnings.warn(
+                f"{', '.join(feedback_only)} {'is' if len(feedback_only) == 1 else 'are'} ignored: "
+                f"positive_reweight_schedule={args.positive_reweight_schedule!r} is a fixed progression; "
+                "they belong to the 'entropy' (feedback) schedule.",
+                UserWarning,
+                stacklevel=_USER_STACKLEVEL,
+            )
 
     def __init__(self, args):
         super().__init__(args)
@@ -342,6 +558,9 @@ class WReinforceControl(EntropyControl):
 
     uses_advantage_weights = True
     knob_name = "lambda"
+    card_text = "W-REINFORCE (Zhu et al. 2025): positive-advantage samples weighted by a fixed λ."
+    config_prefixes = ("w_reinforce_",)
+    citations = ("zhu2025",)
 
     def advantage_weights(self, advantages, step, total_steps):
         return sign_weights(advantages, self.args.w_reinforce_lambda, 1.0)
@@ -434,6 +653,19 @@ class CovarianceControl(TokenHookControl):
 
     needs_step_plan = False
     ratio_name = ""
+    on_policy_reduces_to = "almost nothing"  # what the control amounts to with the importance ratio at 1
+
+    @classmethod
+    def validate(cls, args):
+        if not args.is_off_policy:
+            warnings.warn(
+                f"entropy_control={cls.name!r} with fully on-policy updates (one optimizer step per "
+                f"generation batch, num_iterations=1): the importance ratio is 1, so it reduces to "
+                f"{cls.on_policy_reduces_to}. Train as the authors do, with several optimizer steps per generation "
+                "batch (steps_per_generation > gradient_accumulation_steps, or num_iterations > 1).",
+                UserWarning,
+                stacklevel=_USER_STACKLEVEL,
+            )
 
     def __init__(self, args):
         super().__init__(args)
@@ -530,6 +762,11 @@ class KLCovControl(CovarianceControl):
 
     ratio_name = "kl_cov_ratio"
     knob_name = None
+    on_policy_reduces_to = "plain (unclipped) policy gradient"
+    card_text = ("KL-Cov (Cui et al. 2025): the tokens with the highest log-prob/advantage covariance get a KL penalty "
+                 "instead of the PPO clip.")
+    config_prefixes = ("kl_cov_", "cov_scope")
+    citations = ("cui2025",)
 
     def select(self, cov, batch, k, *, offset=None, total=None, generator=None, gather=None):
         mask = batch.mask
@@ -568,6 +805,10 @@ class ClipCovControl(CovarianceControl):
     """
 
     ratio_name = "clip_cov_ratio"
+    card_text = ("Clip-Cov (Cui et al. 2025): a few tokens with high log-prob/advantage covariance are detached from "
+                 "the gradient.")
+    config_prefixes = ("clip_cov_", "cov_scope")
+    citations = ("cui2025",)
 
     def select(self, cov, batch, k, *, offset=None, total=None, generator=None, gather=None):
         clipped = ppo_clipped_tokens(
@@ -617,6 +858,9 @@ class EntropicControl(TokenHookControl, ControllerControl):
     follows_target = True
     knob_name = "alpha"
     raises_entropy = -1  # alpha > 0 sharpens confident tokens
+    card_text = "EntroPIC (Yang et al. 2025): a PI controller on entropy reweights high-probability tokens."
+    config_prefixes = ("entropic_",)
+    citations = ("yang2025",)
 
     def __init__(self, args):
         super().__init__(args)
@@ -665,6 +909,26 @@ class EntropyBonusControl(ControllerControl):
 
     follows_target = True
     knob_name = "entropy_coef"
+    card_text = ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed coefficient "
+                 "`c` (a penalty when negative) moved each optimizer step by a filtered, predictive PI law with "
+                 "feed-forward from the target's slope, bounded and with anti-windup.")
+    config_prefixes = ("entropy_bonus_", "entropy_coef")
+    citations = ("he2025",)
+
+    @classmethod
+    def validate(cls, args):
+        if args.use_adaptive_entropy:
+            raise ValueError(
+                "entropy_control='entropy_bonus' moves entropy_coef itself; use_adaptive_entropy=True would run "
+                "TRL's rule on the same coefficient. Turn use_adaptive_entropy off, or use "
+                "entropy_control='trl_adaptive' for TRL's rule."
+            )
+        if not (args.entropy_bonus_min <= args.entropy_coef <= args.entropy_bonus_max):
+            raise ValueError(
+                f"entropy_coef (the initial coefficient of entropy_control='entropy_bonus', {args.entropy_coef}) "
+                f"must lie in [entropy_bonus_min, entropy_bonus_max] = [{args.entropy_bonus_min}, "
+                f"{args.entropy_bonus_max}]."
+            )
 
     def __init__(self, args):
         super().__init__(args)
@@ -694,6 +958,12 @@ class TrlAdaptiveControl(EntropyControl):
 
     follows_target = True
     knob_name = "entropy_coef"
+    uses_trl_adaptive_entropy = True
+    card_text = ("TRL's adaptive entropy coefficient (`use_adaptive_entropy`, Skywork-OR1) as a control: "
+                 "`entropy_coef` moves by `entropy_coef_delta` each optimizer step, its `entropy_target` driven by "
+                 "the schedule.")
+    config_prefixes = ("entropy_coef",)
+    citations = ("he2025",)
 
     def __init__(self, args):
         super().__init__(args)
@@ -819,9 +1089,7 @@ def build_control(args) -> EntropyControl | None:
     name = getattr(args, "entropy_control", "none")
     if name == "none":
         return None
-    if name not in CONTROL_REGISTRY:
-        raise ValueError(f"entropy_control={name!r} has no registered implementation; known: {sorted(CONTROL_REGISTRY)}.")
-    control = CONTROL_REGISTRY[name](args)
-    if getattr(args, "entropy_bonus_assist", False) and name not in ("entropy_bonus", "trl_adaptive"):
+    control = get_control_class(name)(args)
+    if getattr(args, "entropy_bonus_assist", False) and control.knob_name != "entropy_coef":
         return AssistedControl(control, args)
     return control

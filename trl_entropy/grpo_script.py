@@ -11,7 +11,9 @@ have no default: a flag, the recipe (`--config`) or `--testbed` names them. Mist
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Literal
@@ -62,6 +64,10 @@ class ScriptArguments(TrlScriptArguments):
         testbed (`str`, *optional*):
             `"tiny"` or `"smollm2"`: fills whichever of `model_name_or_path`, `dataset_name` and `reward_funcs` is not
             set with that testbed's model, task and reward.
+        entropy_control_module (`list[str]`, *optional*):
+            Modules to import before the flags are parsed, e.g. `my_pkg.my_controls`, so that the controls they
+            register with `trl_entropy.register_control` are valid values of `entropy_control`. The current folder
+            is searched too (last), as for reward functions.
     """
 
     dataset_name: str | None = field(
@@ -92,6 +98,12 @@ class ScriptArguments(TrlScriptArguments):
         metadata={"help": "An offline testbed: 'tiny' (model, dataset and reward 'testbed') or 'smollm2' (model "
                           "'smollm2', dataset and reward 'smollm2_addition'); fills whichever of "
                           "--model_name_or_path, --dataset_name and --reward_funcs is not given."},
+    )
+    entropy_control_module: list[str] | None = field(
+        default=None,
+        metadata={"help": "Modules to import before parsing (e.g. my_pkg.my_controls), so that the entropy controls "
+                          "they register with trl_entropy.register_control are valid values of --entropy_control; the "
+                          "current folder is searched too."},
     )
 
 
@@ -226,6 +238,41 @@ def _testbed_and_required(values, recipe: str | None = None) -> dict:
     return fills
 
 
+_CONTROL_MODULE_FLAGS = ("--entropy_control_module", "--entropy-control-module")
+
+
+def _import_control_modules(args: list[str], parser) -> list[str]:
+    """Import the modules named by `--entropy_control_module` (flags, or the recipe's key) before the flags are
+    parsed, so that the controls they register are valid `--entropy_control` choices. Returns their names."""
+    recipe_value = parser.get_default("entropy_control_module") or []
+    names = [recipe_value] if isinstance(recipe_value, str) else list(recipe_value)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _CONTROL_MODULE_FLAGS:
+            i += 1
+            while i < len(args) and not args[i].startswith("-"):
+                names.append(args[i])
+                i += 1
+            continue
+        if arg.split("=", 1)[0] in _CONTROL_MODULE_FLAGS and "=" in arg:
+            names.append(arg.split("=", 1)[1])
+        i += 1
+    cwd = os.getcwd()
+    for name in names:
+        if cwd not in sys.path and "" not in sys.path:
+            sys.path.append(cwd)  # last: a module in the current folder shadows no installed package
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            missing = err.name or ""
+            if name != missing and not name.startswith(missing + "."):
+                raise  # the module exists but one of its own imports is missing: its traceback says which
+            raise UsageError(f"--entropy_control_module: there is no module {name!r} (looked among the installed "
+                             f"packages and in {cwd}).") from err
+    return names
+
+
 def parse_grpo_args(argv):
     """(ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig) from `--config file.yaml` and/or
     command-line flags.
@@ -237,6 +284,7 @@ def parse_grpo_args(argv):
     parser = make_parser()
     args = list(argv)
     recipe = _read_recipe(args, parser)
+    _import_control_modules(args, parser)  # before parsing: their controls become valid --entropy_control choices
     values, unknown = parser.parse_known_args(args=args)  # first without building the configs: their checks wait
     if unknown:
         known = {a.dest for a in parser._actions if a.dest != "help"}

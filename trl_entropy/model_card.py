@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from importlib import resources
 
-__all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "METHOD_INFO", "BIBTEX"]
+__all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "method_info",
+           "METHOD_INFO", "BIBTEX"]
 
 BIBTEX = {
     "wang2026": """@inproceedings{wang-etal-2026-entropy,
@@ -67,32 +69,57 @@ BIBTEX = {
 }""",
 }
 
-# control -> (description, config-field prefixes, citation keys)
-METHOD_INFO = {
-    "none": ("plain GRPO (no entropy control).", (), ()),
-    "entropy_bonus": ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed "
-                      "coefficient `c` (a penalty when negative) moved each optimizer step by a filtered, predictive "
-                      "PI law with feed-forward from the target's slope, bounded and with anti-windup.",
-                      ("entropy_bonus_", "entropy_coef"), ("he2025",)),
-    "trl_adaptive": ("TRL's adaptive entropy coefficient (`use_adaptive_entropy`, Skywork-OR1) as a control: "
-                     "`entropy_coef` moves by `entropy_coef_delta` each optimizer step, its `entropy_target` driven "
-                     "by the schedule.", ("entropy_coef",), ("he2025",)),
-    "adaptive_clip": ("adaptive clip-higher (Entropy Scheduling, Wang et al. 2026, Algorithm 1): `epsilon_high` "
-                      "moves by ±δ each optimizer step so the windowed measured entropy tracks the target.",
-                      ("adaptive_clip_", "epsilon"), ("wang2026",)),
-    "entrocraft": ("Entrocraft rollout rejection (Li et al. 2026): when entropy leaves the band around the target, "
-                   "rollouts are rejected by the sign of their advantage.", ("entrocraft_",), ("li2026",)),
-    "positive_reweight": ("positive-advantage reweighting (Jin et al. 2025): tokens with positive advantage are "
-                          "weighted by λ ∈ [0, 1].", ("positive_reweight_",), ("jin2025",)),
-    "w_reinforce": ("W-REINFORCE (Zhu et al. 2025): positive-advantage samples weighted by a fixed λ.",
-                    ("w_reinforce_",), ("zhu2025",)),
-    "clip_cov": ("Clip-Cov (Cui et al. 2025): a few tokens with high log-prob/advantage covariance are detached from "
-                 "the gradient.", ("clip_cov_", "cov_scope"), ("cui2025",)),
-    "kl_cov": ("KL-Cov (Cui et al. 2025): the tokens with the highest log-prob/advantage covariance get a KL penalty "
-               "instead of the PPO clip.", ("kl_cov_", "cov_scope"), ("cui2025",)),
-    "entropic": ("EntroPIC (Yang et al. 2025): a PI controller on entropy reweights high-probability tokens.",
-                 ("entropic_",), ("yang2025",)),
-}
+NO_CONTROL_INFO = ("plain GRPO (no entropy control).", (), ())
+
+
+def method_info(control: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """``(description, config-field prefixes, citation keys)`` of ``entropy_control=control`` for the card.
+
+    Read from the registered class (``card_text``, ``config_prefixes``, ``citations``; see
+    :class:`trl_entropy.controls.EntropyControl`), so a control registered outside the package is described by its own
+    attributes. An unregistered name is described by its name alone.
+    """
+    if control == "none":
+        return NO_CONTROL_INFO
+    from .controls import CONTROL_REGISTRY  # here: controls imports this module when a control is registered
+
+    cls = CONTROL_REGISTRY.get(control)
+    if cls is None:
+        return (control, (), ())
+    return cls.method_text(), tuple(cls.config_prefixes), tuple(cls.citations)
+
+
+def _bibtex(control: str) -> dict[str, str]:
+    """The BibTeX entries the card may cite for ``control``: ours, and the registered class's own ``bibtex``."""
+    from .controls import CONTROL_REGISTRY
+
+    own = getattr(CONTROL_REGISTRY.get(control), "bibtex", None) or {}
+    return {**BIBTEX, **own}
+
+
+class _MethodInfo(Mapping):
+    """``METHOD_INFO[control]`` -> :func:`method_info` for ``"none"`` and every registered control (a live view of
+    ``trl_entropy.controls.CONTROL_REGISTRY``; kept for code that read the former dict)."""
+
+    def _names(self):
+        from .controls import CONTROL_REGISTRY
+
+        return ("none", *CONTROL_REGISTRY)
+
+    def __getitem__(self, control):
+        if control not in self._names():
+            raise KeyError(control)
+        return method_info(control)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self):
+        return len(self._names())
+
+
+# control -> (description, config-field prefixes, citation keys), from the registry
+METHOD_INFO = _MethodInfo()
 
 # A plain TRL GRPOTrainer with use_adaptive_entropy=True (e.g. driven by EntropyScheduleCallback).
 TRL_ADAPTIVE_ENTROPY_INFO = (
@@ -303,6 +330,56 @@ def _knob_text(trainer, history) -> str:
     return f"**Knob** `{name}`: " + ", ".join(parts) + "." if parts else ""
 
 
+def _steps_where(history, key) -> list[int]:
+    return [int(h["step"]) for h in history if h.get(key) == 1.0 and "step" in h]
+
+
+def _ranges(steps: list[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    parts, start = [], None
+    for i, s in enumerate(steps):
+        if start is None:
+            start = s
+        if i + 1 == len(steps) or steps[i + 1] != s + 1:
+            parts.append(str(start) if start == s else f"{start}-{s}")
+            start = None
+    return ", ".join(parts)
+
+
+def _saturation_text(history) -> str:
+    steps = _steps_where(history, "entropy_control/saturated")
+    if not steps:
+        return ""
+    return (f" The control was **saturated** (its knob at a limit with the error keeping its sign: the target was out "
+            f"of its reach) on {len(steps)} optimizer step(s): {_ranges(steps)}.")
+
+
+def _assist_text(history) -> str:
+    if not any("entropy_control/assist_active" in h for h in history):
+        return ""
+    steps = _steps_where(history, "entropy_control/assist_active")
+    if not steps:
+        return " The entropy bonus assist never acted (the paper's knob was never saturated long enough)."
+    return f" The entropy bonus assist acted on {len(steps)} optimizer step(s): {_ranges(steps)}."
+
+
+def _dataset_text(dataset) -> str:
+    """A short description of the training dataset for the card: its name when it has one, its size and columns."""
+    if dataset is None:
+        return "–"
+    info = getattr(dataset, "info", None)
+    name = getattr(info, "dataset_name", None) or getattr(info, "builder_name", None)
+    parts = [f"`{name}`"] if name else []
+    try:
+        parts.append(f"{len(dataset)} rows")
+    except TypeError:
+        parts.append("an iterable dataset")
+    columns = getattr(dataset, "column_names", None)
+    if columns:
+        parts.append("columns " + ", ".join(f"`{c}`" for c in columns))
+    return ", ".join(parts)
+
+
 def render_model_card(trainer, model_name: str | None = None, base_model: str | None = None,
                       picture: str | None = "entropy_curves.png", output_dir: str | None = None) -> str:
     """The model card of ``trainer``'s run as Markdown (``picture``: a file in ``output_dir`` to embed, if present)."""
@@ -313,7 +390,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
 
     args = trainer.args
     control = getattr(args, "entropy_control", "none")
-    description, prefixes, cites = METHOD_INFO.get(control, (control, (), ()))
+    description, prefixes, cites = method_info(control)
+    bibtex = _bibtex(control)
     if control == "none" and getattr(args, "use_adaptive_entropy", False):
         description, prefixes, cites = TRL_ADAPTIVE_ENTROPY_INFO
         method = "use_adaptive_entropy"
@@ -340,6 +418,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         rewards = _history_values(history, "reward")
         if rewards:
             result += f" Final training reward: {rewards[-1]:.4f}."
+        result += _saturation_text(history) + _assist_text(history)
     else:
         result = "No training steps were logged."
     pass_rows = [h for h in history if any(k.startswith("eval/pass@") for k in h)]
@@ -372,12 +451,14 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         usage += _no_weights_note(folder)
     if adapter is not None:
         usage += "\n\n" + _table(_adapter_facts(adapter), header=("adapter", "value"))
-    training = [("max_steps", trainer.state.max_steps), ("learning_rate", args.learning_rate),
+    training = [("train_dataset", _dataset_text(getattr(trainer, "train_dataset", None))),
+                ("reward_funcs", ", ".join(f"`{n}`" for n in getattr(trainer, "reward_func_names", [])) or "–"),
+                ("max_steps", trainer.state.max_steps), ("learning_rate", args.learning_rate),
                 ("num_generations", args.num_generations), ("steps_per_generation", args.steps_per_generation),
                 ("num_iterations", args.num_iterations), ("loss_type", args.loss_type), ("beta", args.beta),
                 ("epsilon", args.epsilon), ("epsilon_high", _epsilon_high_text(args)),
                 ("max_completion_length", args.max_completion_length), ("temperature", args.temperature)]
-    citations = "\n\n".join(f"```bibtex\n{BIBTEX[c]}\n```" for c in (*cites, "trl"))
+    citations = "\n\n".join(f"```bibtex\n{bibtex[c]}\n```" for c in dict.fromkeys((*cites, "trl")) if c in bibtex)
     urls = project_urls()
     template = resources.files("trl_entropy").joinpath("model_cards/template.md").read_text(encoding="utf-8")
     return template.format(

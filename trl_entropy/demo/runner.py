@@ -133,6 +133,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     """
     from trl import GRPOConfig, GRPOTrainer
 
+    from ..controls import CONTROL_REGISTRY
     from ..scheduling.callbacks import EntropyScheduleCallback
     from ..trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
@@ -158,7 +159,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     base.update(settings.extra.get(name, {}))
     schedule = _schedule_kwargs(settings, target_start)
     if ours:
-        uses_schedule = base.get("entropy_control", "none") not in ("none", "w_reinforce", "clip_cov", "kl_cov")
+        control = CONTROL_REGISTRY.get(base.get("entropy_control", "none"))  # None for "none"
+        uses_schedule = control is not None and control.follows_target  # the registered class says so
         if "entropy_schedule" in overrides:  # the spec brings its own target (e.g. a knob held at an extreme)
             uses_schedule = False
         if tb.base_model:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -19,48 +21,66 @@ __all__ = [
     "IMPLEMENTED_CONTROLS",
     "TARGET_FOLLOWING_CONTROLS",
     "TOKEN_HOOK_CONTROLS",
+    "COEFFICIENT_CONTROLS",
     "parse_entropy_value",
 ]
 
-# Every control name the package defines. Controls not yet implemented are rejected with a clear message.
-ENTROPY_CONTROLS = (
-    "none",
-    "entropy_bonus",
-    "trl_adaptive",
-    "adaptive_clip",
-    "clip_cov",
-    "kl_cov",
-    "entrocraft",
-    "positive_reweight",
-    "w_reinforce",
-    "entropic",
-)
-IMPLEMENTED_CONTROLS = (
-    "none",
-    "entropy_bonus",
-    "trl_adaptive",
-    "adaptive_clip",
-    "clip_cov",
-    "kl_cov",
-    "entrocraft",
-    "positive_reweight",
-    "w_reinforce",
-    "entropic",
-)
+
+def _control_registry() -> dict:
+    # Imported here, not at the top: trl_entropy.controls imports torch and the losses, and this module must stay
+    # importable on its own (the registry is only needed once a config is validated or a parser is built).
+    from ..controls import CONTROL_REGISTRY
+
+    return CONTROL_REGISTRY
+
+
+class _RegisteredControls(Sequence):
+    """A live, read-only view of the registered control names (``trl_entropy.controls.CONTROL_REGISTRY``), in
+    registration order, optionally filtered by a predicate on the class; with ``"none"`` first when ``with_none``.
+
+    It is what ``ENTROPY_CONTROLS`` & co. are, so that a control registered outside the package (with
+    ``trl_entropy.register_control``) is a valid ``entropy_control`` everywhere, the command line's choices included.
+    """
+
+    def __init__(self, keep=None, with_none: bool = False):
+        self._keep = keep
+        self._with_none = with_none
+
+    def _names(self) -> tuple[str, ...]:
+        names = [n for n, cls in _control_registry().items() if self._keep is None or self._keep(cls)]
+        return (("none",) if self._with_none else ()) + tuple(names)
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, name) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, (Sequence, tuple, list)) else NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+# Every control name: "none" and the registered controls (the registry is the one list).
+ENTROPY_CONTROLS = _RegisteredControls(with_none=True)
+IMPLEMENTED_CONTROLS = ENTROPY_CONTROLS  # every registered control is implemented
 # Controls that change the per-token loss (they run trl_entropy's own loss path, see losses/policy_loss.py).
-TOKEN_HOOK_CONTROLS = ("clip_cov", "kl_cov", "entropic")
+TOKEN_HOOK_CONTROLS = _RegisteredControls(lambda cls: cls.uses_token_hooks)
 COV_SCOPES = ("global", "local")
 # Controls that follow a target entropy and therefore need a schedule.
-TARGET_FOLLOWING_CONTROLS = (
-    "entropy_bonus",
-    "trl_adaptive",
-    "adaptive_clip",
-    "entrocraft",
-    "positive_reweight",
-    "entropic",
-)
+TARGET_FOLLOWING_CONTROLS = _RegisteredControls(lambda cls: cls.follows_target)
 # Controls whose knob is TRL's entropy coefficient (no assist on top of them).
-COEFFICIENT_CONTROLS = ("entropy_bonus", "trl_adaptive")
+COEFFICIENT_CONTROLS = _RegisteredControls(lambda cls: cls.knob_name == "entropy_coef")
 ENTROCRAFT_MODES = ("stochastic", "hard")
 ENTROCRAFT_NORMALIZERS = ("kept", "all")
 ENTROCRAFT_ENTROPY_SOURCES = ("auto", "scoring_pass", "extra_pass", "lagged")
@@ -135,6 +155,29 @@ def parse_entropy_value(value) -> tuple[str, float] | None:
     )
 
 
+def check_schedule_arity(fn) -> None:
+    """Raise a ``ValueError`` when a callable ``entropy_schedule`` cannot be called as ``fn(step, total_steps)``.
+
+    The trainer calls it with two positional arguments; a callable that takes another number (e.g.
+    ``lambda step: ...``) would otherwise fail only inside ``train()``, with a bare ``TypeError``. Accepted: any
+    callable that binds two positional arguments (defaults and ``*args`` included). A callable whose signature cannot
+    be read (some builtins and C extensions) is accepted unchecked.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(0, 1)
+    except TypeError as err:
+        raise ValueError(
+            f"entropy_schedule {schedule_label(fn)!r} has the signature {signature}, but a schedule is called as "
+            f"fn(step, total_steps) (the optimizer step, from 0, and the total number of steps): {err}. Make it take "
+            "those two positional arguments (any other parameter needs a default), e.g. "
+            "`lambda step, total_steps: 2.0 - step / total_steps`; one that ignores total_steps still takes it."
+        ) from None
+
+
 @dataclass
 class GRPOEntropyConfig(GRPOConfig):
     r"""
@@ -153,6 +196,8 @@ class GRPOEntropyConfig(GRPOConfig):
             `"positive_reweight"`, `"w_reinforce"`: advantage-sign reweighting. `"entropic"`: EntroPIC's PI
             controller (Yang et al.). `clip_cov`, `kl_cov` and `entropic` compute the loss on trl_entropy's own loss
             path (equal to TRL's when they select nothing); it supports loss types grpo, bnpo, dr_grpo, dapo, luspo.
+            Any name registered with `trl_entropy.register_control` is accepted too (see "Write your own control"
+            in the docs); `trl_entropy.controls.CONTROL_REGISTRY` holds them all.
         entropy_schedule (`str`, *optional*):
             Shape of the target entropy curve: `"constant"`, `"linear"`, `"cosine"` or `"wsd"`
             (warmup-stable-anneal). Defaults to `"constant"` when a target-following control is chosen. Must stay
@@ -196,21 +241,21 @@ class GRPOEntropyConfig(GRPOConfig):
     `entropy_target` driven by the schedule.
 
     Parameters:
-        entropy_bonus_kp (`float`, *optional*, defaults to `0.05`):
+        entropy_bonus_kp (`float`, *optional*, defaults to `0.1`):
             Proportional gain: coefficient per unit of relative entropy error; >= 0.
-        entropy_bonus_ki (`float`, *optional*, defaults to `0.005`):
+        entropy_bonus_ki (`float`, *optional*, defaults to `0.02`):
             Integral gain: coefficient added per optimizer step per unit of relative error; >= 0.
         entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
             Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
             error builds up); >= 0.
-        entropy_bonus_min (`float`, *optional*, defaults to `-0.1`):
+        entropy_bonus_min (`float`, *optional*, defaults to `-0.2`):
             Lower bound of the coefficient (an entropy penalty); <= 0.
-        entropy_bonus_max (`float`, *optional*, defaults to `0.1`):
+        entropy_bonus_max (`float`, *optional*, defaults to `0.2`):
             Upper bound of the coefficient; >= 0.
-        entropy_bonus_horizon (`float`, *optional*, defaults to `3.0`):
+        entropy_bonus_horizon (`float`, *optional*, defaults to `4.0`):
             Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
             level).
-        entropy_bonus_level_smoothing (`float`, *optional*, defaults to `0.3`):
+        entropy_bonus_level_smoothing (`float`, *optional*, defaults to `0.4`):
             Weight of the newest measurement in the filtered level, in (0, 1] (1: no filtering).
         entropy_bonus_trend_smoothing (`float`, *optional*, defaults to `0.2`):
             Weight of the newest level change in the filtered trend, in (0, 1].
@@ -256,6 +301,11 @@ class GRPOEntropyConfig(GRPOConfig):
             row stop training with an error naming the reward functions. Counted in generation batches: one per
             optimizer step with TRL's defaults, one per `steps_per_generation * num_iterations` micro-batches in
             general. `None` never stops (it still warns). Applies to every `entropy_control`, `"none"` included.
+        reward_error_search (`bool`, *optional*, defaults to `False`):
+            When a reward function raises, the error names the function, the exception and the batch size. With
+            `True`, it also re-runs the function on one completion at a time to find the first failing one and names
+            its index and prompt: up to one extra call per completion of the batch, which is costly for sandboxed,
+            remote or paid reward functions. Async reward functions are never re-run.
 
     > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
 
@@ -350,8 +400,9 @@ class GRPOEntropyConfig(GRPOConfig):
         default="none",
         metadata={
             "help": "Entropy control: 'none' (plain GRPO), 'entropy_bonus', 'trl_adaptive', 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
-            "'positive_reweight', 'w_reinforce' or 'entropic'.",
-            "choices": list(ENTROPY_CONTROLS),
+            "'positive_reweight', 'w_reinforce' or 'entropic', or a control registered with "
+            "trl_entropy.register_control (on the command line: import its module with --entropy_control_module).",
+            "choices": ENTROPY_CONTROLS,  # live: a control registered before parsing is a valid choice
         },
     )
     # Annotated `str` so command-line/YAML parsing works; in Python a callable fn(step, total_steps) is accepted too.
@@ -391,11 +442,11 @@ class GRPOEntropyConfig(GRPOConfig):
                   "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
     )
     entropy_bonus_kp: float = field(
-        default=0.05,
+        default=0.1,
         metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error; >= 0."},
     )
     entropy_bonus_ki: float = field(
-        default=0.005,
+        default=0.02,
         metadata={"help": "Entropy bonus: integral gain per optimizer step, coefficient per unit of relative error; "
                   ">= 0."},
     )
@@ -405,20 +456,20 @@ class GRPOEntropyConfig(GRPOConfig):
                   "the coefficient before an error builds up); >= 0."},
     )
     entropy_bonus_min: float = field(
-        default=-0.1,
+        default=-0.2,
         metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0."},
     )
     entropy_bonus_max: float = field(
-        default=0.1,
+        default=0.2,
         metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0."},
     )
     entropy_bonus_horizon: float = field(
-        default=3.0,
+        default=4.0,
         metadata={"help": "Entropy bonus: optimizer steps ahead at which the filtered entropy is predicted from its "
                   "trend (brakes before an overshoot); >= 0, 0 = feed back the filtered level."},
     )
     entropy_bonus_level_smoothing: float = field(
-        default=0.3,
+        default=0.4,
         metadata={"help": "Entropy bonus: weight of the newest measurement in the filtered level, in (0, 1]."},
     )
     entropy_bonus_trend_smoothing: float = field(
@@ -480,6 +531,15 @@ class GRPOEntropyConfig(GRPOConfig):
         metadata={
             "help": "Stop with an error after this many generation batches in a row in which no completion got a "
             "reward (all None/NaN: zero advantages, no policy gradient); each one warns. >= 1, or None to only warn."
+        },
+    )
+
+    reward_error_search: bool = field(
+        default=False,
+        metadata={
+            "help": "When a reward function raises, re-run it on one completion at a time to name the first failing "
+            "completion (index and prompt). Off by default: up to one extra call per completion, costly for "
+            "sandboxed or paid rewards."
         },
     )
 
@@ -553,7 +613,8 @@ class GRPOEntropyConfig(GRPOConfig):
 
     def __post_init__(self):
         self._validate_bool_fields()  # before GRPOConfig acts on a truthy string such as "no"
-        if self.entropy_control == "trl_adaptive":
+        control_cls = _control_registry().get(self.entropy_control)
+        if control_cls is not None and control_cls.uses_trl_adaptive_entropy:
             self.use_adaptive_entropy = True  # TRL's rule is the control; its target comes from the schedule
         super().__post_init__()
         self._validate_entropy_fields()
@@ -623,16 +684,12 @@ class GRPOEntropyConfig(GRPOConfig):
     def _validate_entropy_fields(self) -> None:
         if self.entropy_control not in ENTROPY_CONTROLS:
             raise ValueError(
-                f"entropy_control must be one of {list(ENTROPY_CONTROLS)}, got {self.entropy_control!r}."
-            )
-        if self.entropy_control not in IMPLEMENTED_CONTROLS:
-            raise ValueError(
-                f"entropy_control={self.entropy_control!r} is not implemented in this release; available: "
-                f"{list(IMPLEMENTED_CONTROLS)}."
+                f"entropy_control must be one of {list(ENTROPY_CONTROLS)}, got {self.entropy_control!r}. A control "
+                "of your own must be registered (trl_entropy.register_control) before the config is built."
             )
         control = self.entropy_control
-        fixed_progression = control == "positive_reweight" and self.positive_reweight_schedule != "entropy"
-        follows_target = control in TARGET_FOLLOWING_CONTROLS and not fixed_progression
+        control_cls = _control_registry().get(control)  # None for "none"
+        follows_target = control_cls is not None and control_cls.follows_target_for(self)
         schedule_fields_set = self._fields_set("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
                                                "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")
         if control == "none" and schedule_fields_set:
@@ -654,6 +711,8 @@ class GRPOEntropyConfig(GRPOConfig):
                     f"entropy_schedule must be one of {list(SCHEDULE_NAMES)} or a callable, got "
                     f"{self.entropy_schedule!r}."
                 )
+        elif callable(self.entropy_schedule):
+            check_schedule_arity(self.entropy_schedule)
         schedule_defaulted = self.entropy_schedule is None
         if follows_target:
             if self.entropy_schedule is None:
@@ -666,8 +725,7 @@ class GRPOEntropyConfig(GRPOConfig):
         elif schedule_fields_set and control != "none":
             if self.entropy_schedule is None and self.entropy_schedule_start is not None:
                 self.entropy_schedule = "constant"
-            why = (f"positive_reweight_schedule={self.positive_reweight_schedule!r} is a fixed progression"
-                   if fixed_progression else "it does not follow a target entropy")
+            why = control_cls.ignores_target_because(self)
             warnings.warn(
                 f"entropy_control={control!r} with {', '.join(schedule_fields_set)}: {why}, so the schedule does not "
                 "steer it. When a schedule is built, its target is logged as entropy_control/target for reference "
@@ -731,29 +789,6 @@ class GRPOEntropyConfig(GRPOConfig):
                 f"adaptive_clip_warmup_steps must be an integer >= 0, got {self.adaptive_clip_warmup_steps!r}."
             )
 
-        if self.entropy_control == "adaptive_clip":
-            if self.loss_type not in CLIPPED_LOSS_TYPES:
-                raise ValueError(
-                    f"entropy_control='adaptive_clip' moves the clip-higher bound, which loss_type={self.loss_type!r} "
-                    f"does not use in the same way; loss_type must be one of {list(CLIPPED_LOSS_TYPES)}."
-                )
-            initial = self.epsilon_high if self.epsilon_high is not None else self.epsilon
-            if not (self.adaptive_clip_min <= initial <= self.adaptive_clip_max):
-                raise ValueError(
-                    f"epsilon_high (the initial value of adaptive clip, {initial}) must lie in "
-                    f"[adaptive_clip_min, adaptive_clip_max] = [{self.adaptive_clip_min}, {self.adaptive_clip_max}]."
-                )
-            if not self.is_off_policy:
-                warnings.warn(
-                    "entropy_control='adaptive_clip' moves epsilon_high, but gradient_accumulation_steps is a multiple "
-                    "of steps_per_generation * num_iterations, so every update is on-policy (importance "
-                    "ratio exactly 1) and the clip bound changes nothing: the controller will not act. Train as the "
-                    "paper does, with several optimizer steps per generation batch (steps_per_generation > "
-                    "gradient_accumulation_steps, or num_iterations > 1).",
-                    UserWarning,
-                    stacklevel=3,
-                )
-
         limit = self.max_unscorable_batches
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"max_unscorable_batches must be an integer >= 1 or None, got {limit!r}.")
@@ -774,7 +809,7 @@ class GRPOEntropyConfig(GRPOConfig):
         thr = self.entropic_high_prob_threshold
         if not _is_number(thr) or not (0.0 < thr < 1.0):
             raise ValueError(f"entropic_high_prob_threshold must be a number in (0, 1), got {thr!r}.")
-        if self.entropy_control in TOKEN_HOOK_CONTROLS:
+        if control_cls is not None and control_cls.uses_token_hooks:  # shared by every control on our loss path
             if self.loss_type not in CLIPPED_LOSS_TYPES:
                 raise ValueError(
                     f"entropy_control={self.entropy_control!r} changes the per-token loss on trl_entropy's own loss "
@@ -785,16 +820,6 @@ class GRPOEntropyConfig(GRPOConfig):
                     f"entropy_control={self.entropy_control!r} runs trl_entropy's own loss path, which does not "
                     "implement TRL's use_adaptive_entropy; turn it off (a static entropy_coef works)."
                 )
-        if self.entropy_control in ("clip_cov", "kl_cov") and not self.is_off_policy:
-            what = "plain (unclipped) policy gradient" if self.entropy_control == "kl_cov" else "almost nothing"
-            warnings.warn(
-                f"entropy_control={self.entropy_control!r} with fully on-policy updates (one optimizer step per "
-                f"generation batch, num_iterations=1): the importance ratio is 1, so it reduces to {what}. Train as "
-                "the authors do, with several optimizer steps per generation batch (steps_per_generation > "
-                "gradient_accumulation_steps, or num_iterations > 1).",
-                UserWarning,
-                stacklevel=3,
-            )
 
         self._validate_choice("entrocraft_mode", ENTROCRAFT_MODES)
         self._validate_choice("entrocraft_normalizer", ENTROCRAFT_NORMALIZERS)
@@ -813,37 +838,11 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_range("w_reinforce_lambda", 0.0, 1.0)
         if not isinstance(self.positive_reweight_epochs, int) or self.positive_reweight_epochs < 2:
             raise ValueError(f"positive_reweight_epochs must be an integer >= 2, got {self.positive_reweight_epochs!r}.")
-        if (
-            self.entropy_control == "entrocraft"
-            and self.entrocraft_entropy_source == "scoring_pass"
-            and not self.is_off_policy
-            and not self.use_vllm
-        ):
-            raise ValueError(
-                "entrocraft_entropy_source='scoring_pass' needs the old-log-prob pass TRL runs only for off-policy "
-                "updates or vLLM; use 'auto', 'extra_pass' or 'lagged', or train off-policy."
-            )
-        if self.entropy_control == "positive_reweight" and self.positive_reweight_schedule != "entropy":
-            feedback_only = self._fields_set("positive_reweight_lambda_init", "positive_reweight_step",
-                                             "positive_reweight_kp")
-            if feedback_only:
-                warnings.warn(
-                    f"{', '.join(feedback_only)} {'is' if len(feedback_only) == 1 else 'are'} ignored: "
-                    f"positive_reweight_schedule={self.positive_reweight_schedule!r} is a fixed progression; "
-                    "they belong to the 'entropy' (feedback) schedule.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-        if self.entropy_control == "entrocraft" and self.entrocraft_normalizer == "kept" and self.loss_type == "dr_grpo":
-            warnings.warn(
-                "loss_type='dr_grpo' divides by a constant (batch size x max_completion_length); with "
-                "entrocraft_normalizer='kept' rejected rollouts contribute nothing, but the constant normaliser does "
-                "not shrink with them.",
-                UserWarning,
-                stacklevel=3,
-            )
 
-        if (self.entropy_control not in ("none", "trl_adaptive") and self.use_adaptive_entropy
+        if control_cls is not None:
+            control_cls.validate(self)  # the chosen control's own checks (trl_entropy.controls)
+
+        if (control_cls is not None and not control_cls.uses_trl_adaptive_entropy and self.use_adaptive_entropy
                 and not self.allow_trl_adaptive_entropy):
             raise ValueError(
                 f"use_adaptive_entropy=True (TRL's adaptive entropy coefficient) together with "
@@ -867,22 +866,10 @@ class GRPOEntropyConfig(GRPOConfig):
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"entropy_bonus_assist_window must be an integer >= 1, got {window!r}.")
         control = self.entropy_control
-        if control == "entropy_bonus":
-            if self.use_adaptive_entropy:
-                raise ValueError(
-                    "entropy_control='entropy_bonus' moves entropy_coef itself; use_adaptive_entropy=True would run "
-                    "TRL's rule on the same coefficient. Turn use_adaptive_entropy off, or use "
-                    "entropy_control='trl_adaptive' for TRL's rule."
-                )
-            if not (self.entropy_bonus_min <= self.entropy_coef <= self.entropy_bonus_max):
-                raise ValueError(
-                    f"entropy_coef (the initial coefficient of entropy_control='entropy_bonus', {self.entropy_coef}) "
-                    f"must lie in [entropy_bonus_min, entropy_bonus_max] = [{self.entropy_bonus_min}, "
-                    f"{self.entropy_bonus_max}]."
-                )
         if self.entropy_bonus_assist:
             assistable = [c for c in TARGET_FOLLOWING_CONTROLS if c not in COEFFICIENT_CONTROLS]
-            fixed = control == "positive_reweight" and self.positive_reweight_schedule != "entropy"
+            control_cls = _control_registry().get(control)
+            fixed = control in assistable and not control_cls.follows_target_for(self)
             if control not in assistable or fixed:
                 raise ValueError(
                     f"entropy_bonus_assist=True needs a target-following paper control, one of {assistable} (with "

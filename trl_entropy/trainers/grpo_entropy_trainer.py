@@ -39,14 +39,16 @@ import warnings
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
+from trl.trainer.utils import is_async_callable
 
+from .._paths import check_model_path
 from ..controls import RolloutContext, TokenBatch, build_control
 from ..evaluation import EntropyPlotCallback, write_training_plots
 from ..losses.covariance import wide_float_dtype
 from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
-from ..scheduling.schedules import CallableSchedule, make_schedule
+from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
 from .grpo_entropy_config import GRPOEntropyConfig, parse_entropy_value
 
 _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
@@ -54,6 +56,9 @@ _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from 
 __all__ = ["GRPOEntropyTrainer", "CONTROL_STATE_FILE"]
 
 CONTROL_STATE_FILE = "entropy_control_state.json"
+# Config fields the entropy target depends on (with max_steps): recorded in CONTROL_STATE_FILE, compared at resume.
+_SCHEDULE_FIELDS = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
+                    "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")
 METRIC_PREFIX = "entropy_control/"
 
 
@@ -124,21 +129,24 @@ def check_reward_output(name: str, rewards, num_completions: int) -> list[float 
     return out
 
 
-def _guard_reward_function(reward_func, name: str, on_result=None):
+def _guard_reward_function(reward_func, name: str, on_result=None, search: bool = False):
     """Wrap a synchronous reward function so that its faults are reported instead of silently training on them.
 
-    * An exception is re-raised as a ``RuntimeError`` naming the function and the first failing completion: the batch
-      is re-scored one completion at a time to find it, and the error gives its index in the batch and the start of
-      its prompt (chained to the original exception).
+    * An exception is re-raised as a ``RuntimeError`` naming the function, the exception and the batch size (chained
+      to the original exception). The function is not called again: re-running it costs as much as the batch did
+      (sandboxed, remote or paid rewards). With ``search=True`` (the config's ``reward_error_search``) the batch is
+      re-scored one completion at a time to find the first failing one, and the error also gives its index in the
+      batch and the start of its prompt.
     * An output that is not one real number (or None) per completion raises an error naming the function, what it
       returned and what is expected (:func:`check_reward_output`).
     * A NaN or infinite reward is replaced by ``None`` (TRL's "unscorable": excluded from the group baseline, zero
       advantage). Left alone, TRL would turn a group holding an infinite reward into zero advantages without a word.
     * Every call reports ``on_result(name, nan_indices, inf_indices, none_indices)`` (the trainer warns with them).
 
-    Model-based and async reward functions are returned unchanged.
+    Model-based and async reward functions (async functions, partials of them and instances of a class whose
+    ``__call__`` is async: TRL's ``is_async_callable``) are returned unchanged; TRL awaits them.
     """
-    if isinstance(reward_func, torch.nn.Module) or inspect.iscoroutinefunction(reward_func) or not callable(reward_func):
+    if isinstance(reward_func, torch.nn.Module) or not callable(reward_func) or is_async_callable(reward_func):
         return reward_func
 
     @functools.wraps(reward_func)
@@ -146,10 +154,16 @@ def _guard_reward_function(reward_func, name: str, on_result=None):
         try:
             rewards = reward_func(prompts=prompts, completions=completions, **kwargs)
         except Exception as err:
+            n = len(completions)
+            if not search:
+                raise RuntimeError(
+                    f"Reward function {name!r} raised {type(err).__name__} on a batch of {n} completion(s): {err}. "
+                    "To find the failing completion, set reward_error_search=True (re-runs the function once per "
+                    "completion of the failing batch)."
+                ) from err
             index = _first_failing_index(reward_func, prompts, completions, kwargs)
-            where = "" if index is None else (
-                f" on completion {index} of the batch (prompt {str(prompts[index])[:80]!r})"
-            )
+            where = (f" (no single completion fails on its own: only the batch of {n} does)" if index is None else
+                     f" on completion {index} of the batch of {n} (prompt {str(prompts[index])[:80]!r})")
             raise RuntimeError(f"Reward function {name!r} raised {type(err).__name__}{where}: {err}") from err
         values = check_reward_output(name, rewards, len(completions))
         nan = [i for i, r in enumerate(values) if r is not None and math.isnan(r)]
@@ -228,6 +242,12 @@ def check_train_dataset(dataset, args) -> None:
         )
 
 
+def _clean_warning(message: str, category=RuntimeWarning) -> None:
+    """Warn without the source line Python prints under a warning (which lands in the middle of a progress bar):
+    one line, ``trl-entropy: <Category>: <message>``, still filtered and caught as any warning."""
+    warnings.warn_explicit(message, category, filename="trl-entropy", lineno=0, module="trl_entropy")
+
+
 def _resolve_entropy_value(value, initial: float | None) -> float | None:
     """A schedule start/end in nats: numbers as they are, "initial"-relative values times ``initial`` (``None`` while
     the initial entropy is unknown)."""
@@ -279,6 +299,30 @@ class _InitialEntropySchedule(CallableSchedule):
         return getattr(schedule, name)
 
 
+def _hub_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or an exception it was raised from) says the Hub could not be reached: offline mode
+    (``OfflineModeIsEnabled`` is a ``ConnectionError``), no connection, a timeout, an HTTP client's transport error."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (ConnectionError, TimeoutError)):
+            return True
+        kind = type(err)
+        if kind.__module__.split(".")[0].startswith(("httpx", "httpcore", "requests", "urllib3")) and any(
+            word in kind.__name__ for word in ("Connect", "Timeout", "Network", "Transport", "Proxy")
+        ):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _short_error(err: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(err).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 class _DropTrlAllNoneWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "All reward functions returned None" not in str(record.msg)
@@ -325,6 +369,9 @@ class GRPOEntropyTrainer(GRPOTrainer):
     _inline_single_micro_batch_plan = True
 
     def __init__(self, model, reward_funcs, args: GRPOEntropyConfig | None = None, *pargs, **kwargs):
+        if isinstance(model, (str, os.PathLike)):
+            # "no such folder: ..." for a mistyped local folder, not transformers' "Repo id must be in the form"
+            model = check_model_path(model, "model")
         if args is None:
             model_name = model if isinstance(model, str) else model.config._name_or_path
             args = GRPOEntropyConfig(f"{model_name.split('/')[-1]}-GRPO-entropy")
@@ -347,7 +394,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_unscorable_streak = 0  # consecutive training generation batches with no reward at all
         self._ec_unscorable_batches = 0
         self.reward_funcs = [
-            _guard_reward_function(f, n, self._on_reward_result)
+            _guard_reward_function(f, n, self._on_reward_result, search=args.reward_error_search)
             for f, n in zip(self.reward_funcs, self.reward_func_names)
         ]
         self.entropy_control = build_control(args)
@@ -358,6 +405,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
         self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
         self._ec_all_rejected = 0
+        self._ec_pushes: list[tuple[str, list]] = []  # (checkpoint folder, its upload futures), not yet reported
         self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 20))
         self._ec_warned_saturation = False
         self.entropy_target: float | None = None
@@ -924,7 +972,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
             self._ec_warned_saturation = True
             side = "below" if control.limit_push > 0 else "above"
             knob = f"its knob {control.knob_name} = {control.knob:g}" if control.knob_name else "its knob"
-            warnings.warn(
+            _clean_warning(
                 f"Step {self.state.global_step}: entropy_control={control.name!r} is saturated: for "
                 f"{self._ec_saturation.window} steps {knob} has sat at a limit of its range while the entropy stayed "
                 f"{side} its target ({measured:.3f} vs {target:.3f} nats). The target is beyond what this control can "
@@ -932,7 +980,6 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 "reachable target, or use a control with more authority (docs: testbeds, 'Knob authority'). Logged as "
                 "entropy_control/saturated.",
                 RuntimeWarning,
-                stacklevel=2,
             )
 
     # ------------------------------------------------------------------ model card, pictures, Hub
@@ -981,7 +1028,66 @@ class GRPOEntropyTrainer(GRPOTrainer):
         # The Trainer pushes from inside _save_checkpoint: write the controller state first, so that the checkpoint
         # is complete on disk (and uploaded whole with hub_strategy="checkpoint") even if the upload fails.
         self._write_control_state(checkpoint_folder)
+        self._report_failed_pushes()
+        before = self._current_push_jobs()
         super()._push_from_checkpoint(checkpoint_folder)
+        # The Trainer uploads in the background (futures of `upload_folder(run_as_future=True)`) and never looks at
+        # their outcome: keep this checkpoint's jobs, and warn when one of them failed (_report_failed_pushes).
+        jobs = [job for job in self._current_push_jobs() if not any(job is old for old in before)]
+        if jobs:
+            self._ec_pushes.append((checkpoint_folder, jobs))
+
+    def _current_push_jobs(self) -> list:
+        push = getattr(self, "push_in_progress", None)  # transformers' PushInProgress, set by init_hf_repo
+        return list(getattr(push, "jobs", None) or [])
+
+    def _finish_current_push(self) -> None:
+        # Called at the end of train() (after waiting for the uploads in flight) and by push_to_hub().
+        super()._finish_current_push()
+        self._report_failed_pushes()
+
+    def _report_failed_pushes(self) -> None:
+        """One ``RuntimeWarning`` per checkpoint whose background Hub upload has finished with an error (checked at
+        each save and at the end of training). The checkpoint stays on disk; training goes on."""
+        pending = []
+        for folder, jobs in getattr(self, "_ec_pushes", []):
+            if not all(job.done() for job in jobs):
+                pending.append((folder, jobs))
+                continue
+            errors = [job.exception() for job in jobs if not job.cancelled() and job.exception() is not None]
+            if not errors:
+                continue
+            repo = self.hub_model_id or self.args.hub_model_id
+            many = f" ({len(errors)} of its {len(jobs)} uploads failed; the first)" if len(errors) > 1 else ""
+            warnings.warn(
+                f"The Hub upload of checkpoint {folder} to {repo!r} failed{many}: {_short_error(errors[0])}. The "
+                f"checkpoint is kept on disk at {folder} and training goes on. Upload it later, e.g. "
+                f"`hf upload {repo} {folder} {os.path.basename(folder)}`.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._ec_pushes = pending
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        """transformers' `init_hf_repo` (called when the trainer is built with `push_to_hub=True`), with one short
+        error instead of a long traceback when the Hub repo cannot be created or reached."""
+        try:
+            super().init_hf_repo(token=token, private=private)
+        except Exception as err:
+            repo = self.args.hub_model_id or os.path.basename(os.path.abspath(self.args.output_dir))
+            out = self.args.output_dir
+            later = (f"To train without pushing, set push_to_hub=False: checkpoints and the final model are saved in "
+                     f"output_dir ({out}); upload them later with `hf upload {repo} {out}` (huggingface_hub's CLI, "
+                     "formerly `huggingface-cli upload`).")
+            # at construction with push_to_hub=True, or from push_to_hub() in a run built without it
+            where = "push_to_hub=True, but" if self.args.push_to_hub else "push_to_hub():"
+            if _hub_unreachable(err):
+                why = (f"{where} the Hugging Face Hub is unreachable ({_short_error(err)}), so the repo {repo!r} "
+                       "cannot be created or opened.")
+            else:
+                why = (f"{where} the Hub repo {repo!r} could not be created or opened ({_short_error(err)}). Check "
+                       "hub_model_id and the token (`hf auth login`, HF_TOKEN or hub_token).")
+            raise RuntimeError(f"{why} {later}") from err
 
     def _write_control_state(self, folder: str) -> None:
         if self.entropy_control is None or not self.args.should_save or not os.path.isdir(folder):
@@ -995,16 +1101,69 @@ class GRPOEntropyTrainer(GRPOTrainer):
             "initial_entropy": self.initial_entropy,
             "saturation": self._ec_saturation.state_dict(),
             "state": self.entropy_control.state_dict(),
+            "schedule": self._schedule_record(),  # compared at resume: a change moves the target
         }
         tmp = os.path.join(folder, CONTROL_STATE_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(payload, f, indent=2)
         os.replace(tmp, os.path.join(folder, CONTROL_STATE_FILE))
 
+    def _schedule_record(self) -> dict:
+        """What the entropy target depends on besides the step: the schedule fields and the run's total steps (a
+        callable schedule by its readable name, as the saved config keeps it)."""
+        args = self.args
+        schedule = args.entropy_schedule
+        if callable(schedule):
+            schedule = CALLABLE_SCHEDULE_PREFIX + schedule_label(schedule)
+        record = {name: getattr(args, name) for name in _SCHEDULE_FIELDS}
+        record["entropy_schedule"] = schedule
+        record["max_steps"] = self.state.max_steps
+        return record
+
+    def _check_resume_round_boundary(self, checkpoint) -> None:
+        """Warn when the checkpoint's step is inside a generation round: TRL generates a fresh batch on resume, so
+        the interrupted round is not continued and the resume is not exact."""
+        ga = self.args.gradient_accumulation_steps
+        micro = self.args.steps_per_generation * self.num_iterations  # micro-batches per generation round
+        round_steps = micro // math.gcd(micro, ga)  # optimizer steps from one shared boundary to the next
+        step = self.state.global_step
+        if round_steps <= 1 or step % round_steps == 0:
+            return
+        warnings.warn(
+            f"Resuming from {checkpoint} at step {step}, which is not a generation-round boundary: a round of "
+            f"steps_per_generation x num_iterations = {self.args.steps_per_generation} x {self.num_iterations} "
+            f"micro-batches and an optimizer step of gradient_accumulation_steps = {ga} micro-batches end together "
+            f"every {round_steps} optimizer steps. "
+            "TRL generates a fresh batch on resume instead of finishing the interrupted round, so the resumed run "
+            "trains on other completions than an uninterrupted one would: the resume is not exact. Checkpoints at "
+            f"multiples of {round_steps} steps resume exactly: use a save_steps that is a multiple of {round_steps}.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    def _check_resume_schedule(self, checkpoint, saved: dict | None) -> None:
+        """Warn, naming each one, when a schedule field or max_steps differs from the run that wrote the checkpoint
+        (checkpoints written before these were recorded are not checked)."""
+        if not isinstance(saved, dict):
+            return
+        current = self._schedule_record()
+        changed = [f"{name}: {saved[name]!r} → {current[name]!r}"
+                   for name in current if name in saved and saved[name] != current[name]]
+        if not changed:
+            return
+        warnings.warn(
+            f"Resuming from {checkpoint} with {'; '.join(changed)} (checkpoint → this run). The target is computed "
+            "from the step, the schedule fields and max_steps, so from here on it follows the new values and the run "
+            "does not continue the schedule it started with. Resume with the checkpoint's values to continue it.",
+            UserWarning,
+            stacklevel=2,
+        )
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        self._check_resume_round_boundary(checkpoint)
         path = os.path.join(checkpoint, CONTROL_STATE_FILE)
         if not os.path.exists(path):
             if self.entropy_control is not None:
@@ -1024,6 +1183,7 @@ class GRPOEntropyTrainer(GRPOTrainer):
                 f"The checkpoint {checkpoint} was written with entropy_control={saved!r}, but this run uses "
                 f"entropy_control={current!r}. Resume with the same control, or start a new run."
             )
+        self._check_resume_schedule(checkpoint, payload.get("schedule"))
         self.entropy_control.load_state_dict(payload["state"])
         self._ec_saturation.load_state_dict(payload.get("saturation", {}))
         self._ec_warned_saturation = self._ec_saturation.events > 0
