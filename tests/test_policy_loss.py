@@ -222,6 +222,20 @@ def test_feature_equals_trl(setup, feature, loss_type, level):
         assert "policy_loss" in metrics and "entropy_coef" in metrics
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_enabled_entropy_bonus_at_zero_coefficient_logs_as_trl(setup, loss_type):
+    """TRL logs `policy_loss` and `entropy_coef` whenever its entropy bonus is enabled (`_entropy_bonus_enabled`, e.g.
+    switched on by a control that then moved the coefficient to 0), also at coefficient 0; the mirror logs the same
+    keys and values (and the same loss and gradients). Disabled, neither logs them."""
+    trainer, inputs = setup
+    with configured(trainer, loss_type=loss_type, entropy_coef=0.0, _entropy_bonus_enabled=True):
+        metrics = assert_same_as_trl(trainer, inputs)  # equal loss, gradients, metric keys and values
+    assert "policy_loss" in metrics and metrics["entropy_coef"] == [0.0]
+    with configured(trainer, loss_type=loss_type, entropy_coef=0.0, _entropy_bonus_enabled=False):
+        metrics = assert_same_as_trl(trainer, inputs)
+    assert "policy_loss" not in metrics and "entropy_coef" not in metrics
+
+
 def test_every_feature_changes_the_loss(setup):
     """Guards the equality tests above: each feature case really exercises its code path on this batch."""
     trainer, base_inputs = setup

@@ -103,7 +103,10 @@ def test_switched_off_equals_trl_compute_loss(tmp_path, name, loss_type, level, 
         ours = loss_and_grads(trainer, inputs, trainer._compute_loss)
     finally:
         trainer_module.trainer_compute_loss = original
-    assert calls, "the control must run our hooked loss path"
+    if name == "entropic":  # an additive term only: TRL's own _compute_loss (plus the term, 0 here)
+        assert not calls, "EntroPIC keeps TRL's _compute_loss"
+    else:
+        assert calls, "the control must run our hooked loss path"
     ref = loss_and_grads(trainer, inputs, lambda m, x: GRPOTrainer._compute_loss(trainer, m, x))
     torch.testing.assert_close(ours[0], ref[0], atol=1e-6, rtol=1e-5)
     assert ours[1].keys() == ref[1].keys() and ref[1]
@@ -114,6 +117,64 @@ def test_switched_off_equals_trl_compute_loss(tmp_path, name, loss_type, level, 
         trainer.vllm_importance_sampling_correction = False
         plain = GRPOTrainer._compute_loss(trainer, trainer.model, inputs).detach()
         assert not torch.allclose(plain, ref[0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "loss_type, level, accumulation",
+    [("dapo", "token", 1), ("grpo", "sequence", 1), ("bnpo", "token", 2), ("dr_grpo", "token", 1),
+     ("luspo", "sequence", 2)],
+)
+def test_entropic_on_trl_loss_equals_our_loss_path(tmp_path, loss_type, level, accumulation, monkeypatch):
+    """EntroPIC's term is additive (loss = TRL's loss + alpha * mean_HP(-r |A|), r from the same forward's log-probs),
+    so it runs on TRL's own _compute_loss, the term added from the log-probs of TRL's loss forward: one forward, and
+    the loss, the gradient and the selected tokens of our loss path (trainer_compute_loss) with the same hooks."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = tiny_args(tmp_path, loss_type=loss_type, importance_sampling_level=level, max_completion_length=6,
+                         entropy_control="entropic", entropy_schedule_start=1.0, entropic_high_prob_threshold=0.1,
+                         **OFF_POLICY)
+    trainer = make_trainer(args)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = accumulation
+    inputs = dict(trainer._prepare_inputs(next(iter(trainer.get_train_dataloader()))))
+    g = torch.Generator().manual_seed(0)
+    shape = inputs["completion_mask"].shape
+    inputs["old_per_token_logps"] = inputs["old_per_token_logps"] + 0.5 * torch.randn(shape, generator=g)
+    inputs["advantages"] = torch.randn(shape[0], generator=g)
+    control = trainer.entropy_control
+    control.controller.value = 0.7  # alpha: the term is on
+
+    forwards = []
+    original = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def counting(self, *a, **k):
+        forwards.append(1)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+    # (_compute_loss dispatches to _additive_compute_loss, checked below; called directly here because
+    # _compute_loss also ends the optimizer step, which updates alpha and reads the step counts)
+    trl_path = loss_and_grads(trainer, inputs, trainer._additive_compute_loss)
+    assert len(forwards) == 1, "TRL's loss forward only: no second forward for the term"
+    counts_trl = control.step_counts()
+    fork = loss_and_grads(trainer, inputs, trainer._hooked_compute_loss)
+    counts_fork = control.step_counts()
+    plain = loss_and_grads(trainer, inputs, lambda m, x: GRPOTrainer._compute_loss(trainer, m, x))
+
+    assert counts_trl == counts_fork and 0 < counts_trl["selected"] < counts_trl["valid"]
+    assert not torch.allclose(trl_path[0], plain[0], atol=1e-4), "the term must be in play"
+    torch.testing.assert_close(trl_path[0], fork[0], atol=1e-6, rtol=1e-5)
+    assert trl_path[1].keys() == fork[1].keys() and fork[1]
+    for key in fork[1]:
+        torch.testing.assert_close(trl_path[1][key], fork[1][key], atol=1e-6, rtol=1e-5, msg=key)
+
+    dispatched = []
+    additive = GRPOEntropyTrainer._additive_compute_loss
+    monkeypatch.setattr(GRPOEntropyTrainer, "_additive_compute_loss",
+                        lambda self, m, x: dispatched.append(1) or additive(self, m, x))
+    monkeypatch.setattr(trainer_module, "trainer_compute_loss", lambda *a, **k: pytest.fail("not our loss path"))
+    torch.testing.assert_close(trainer._compute_loss(trainer.model, inputs).detach(), trl_path[0])
+    assert dispatched == [1]
 
 
 def test_controls_without_token_hooks_keep_trl_compute_loss(tmp_path):
@@ -486,6 +547,43 @@ def test_covariance_diagnostics_match_a_hand_computation(scope):
 # --------------------------------------------------------------------------------------------------------------------
 # (f) config validation
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def tiny_moe_model(seed=0):
+    """A Mixture-of-Experts model of the tiny model's size: TRL enables its router auxiliary loss
+    (`router_aux_loss_coef` = 0.001 from the model config), which trl_entropy's own loss path does not implement."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2MoeConfig(vocab_size=14, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            num_key_value_heads=1, intermediate_size=64, moe_intermediate_size=16,
+                            shared_expert_intermediate_size=16, num_experts=2, num_experts_per_tok=1,
+                            max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=1,
+                            tie_word_embeddings=True)
+    return Qwen2MoeForCausalLM(config)
+
+
+@pytest.mark.parametrize("case", ["moe_router_aux_loss", "loss_type_changed_after_the_config_was_built"])
+def test_unsupported_loss_settings_fail_when_the_trainer_is_built(tmp_path, case, monkeypatch):
+    """A setting our loss path lacks that the config cannot see (the model's MoE router loss) or no longer sees (a
+    field changed after validation) raises in GRPOEntropyTrainer.__init__, before anything is generated."""
+    generated = []
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", lambda *a, **k: generated.append(1))
+    model, match = tiny_model(0), "loss_type='cispo'"
+    args = tiny_args(tmp_path, max_steps=1, entropy_control="clip_cov", clip_cov_ratio=0.1, **OFF_POLICY)
+    if case == "moe_router_aux_loss":
+        model, match = tiny_moe_model(0), "auxiliary loss"
+    else:
+        args.loss_type = "cispo"  # validated as "dapo" when the config was built; TRL's trainer reads it later
+    with pytest.raises(NotImplementedError, match=match):
+        GRPOEntropyTrainer(model=model, reward_funcs=count_ones_reward, args=args, train_dataset=tiny_dataset(),
+                           processing_class=tiny_tokenizer())
+    assert not generated  # refused at construction, not at the first loss step
+    # without the control, the same model and settings build (the check is the token-hook controls' only)
+    args.entropy_control = "none"
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    assert trainer.entropy_control is None
 
 
 @pytest.mark.parametrize(

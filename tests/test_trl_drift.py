@@ -12,8 +12,8 @@ keeps them valid; these tests say what a new TRL changed before the pin is widen
 * every listed method still exists, defined by the same class, with the recorded parameters, and each override still
   accepts every parameter of the method it overrides; every listed private attribute is still set where recorded (an
   `ast` scan for `self.<name> =` in `GRPOTrainer.__init__`).
-* no unlisted override: every method of `GRPOEntropyTrainer` that `GRPOTrainer` (or a base) also has is in
-  `OVERRIDDEN_METHODS`; no attribute of ours shadows one of TRL's; and the package uses no private TRL/transformers
+* no unlisted override: every method of `GRPOEntropyTrainer` (with the mixins of ours it inherits, e.g.
+  `trainers/faults.py`'s `FaultHandlingMixin`) that `GRPOTrainer` (or a base) also has is in `OVERRIDDEN_METHODS`; no attribute of ours shadows one of TRL's; and the package uses no private TRL/transformers
   name that `USED_PRIVATE_NAMES` does not list.
 
 The recorded values (between the RECORD markers below) are generated, not written by hand. After fixing what a failure
@@ -57,7 +57,7 @@ HOW_TO_RECORD = (
     "the printed block over the recorded one in tests/test_trl_drift.py"
 )
 MIRROR = "trl_entropy/losses/policy_loss.py"
-TRAINER = "trl_entropy/trainers/grpo_entropy_trainer.py"
+TRAINER = "trl_entropy/trainers/grpo_entropy_trainer.py"  # and the mixins it inherits (trainers/faults.py)
 LISTS = "trl_entropy/_trl_private.py"
 PACKAGE_DIR = Path(trl_entropy.__file__).resolve().parent
 
@@ -208,6 +208,31 @@ def _where(obj) -> str:
         return f"{inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]}"
     except (OSError, TypeError):
         return "?"
+
+
+def our_classes() -> list[type]:
+    """GRPOEntropyTrainer and the trl_entropy classes it inherits from before GRPOTrainer (the mixins, e.g.
+    `trainers.faults.FaultHandlingMixin`), most derived first: together they are "our" trainer, whose methods
+    override TRL's."""
+    return [c for c in GRPOEntropyTrainer.__mro__ if c.__module__.split(".")[0] == "trl_entropy"]
+
+
+def our_members() -> dict[str, object]:
+    """The attributes our classes define, the most derived definition of each (what `GRPOEntropyTrainer` resolves
+    before reaching TRL's classes)."""
+    members: dict[str, object] = {}
+    for cls in reversed(our_classes()):
+        members.update(vars(cls))
+    return members
+
+
+def _rel(obj) -> str:
+    """The package-relative file of a class or function of ours, for messages."""
+    try:
+        path = inspect.getsourcefile(inspect.unwrap(obj)) or "?"
+        return Path(path).resolve().relative_to(PACKAGE_DIR.parent).as_posix()
+    except (TypeError, ValueError):
+        return TRAINER
 
 
 def _is_self_attr(node, name: str | None = None) -> bool:
@@ -583,10 +608,17 @@ def mirror_problems() -> list[str]:
 
 
 def _override_problems(name: str) -> list[str]:
-    """Does our override still accept every parameter of the method it overrides (by position and by name)?"""
-    ours = vars(GRPOEntropyTrainer).get(name)
-    if not callable(ours):
-        return []
+    """Does every override of ours (GRPOEntropyTrainer and its mixins) still accept every parameter of the method it
+    overrides (by position and by name)?"""
+    problems = []
+    for cls in our_classes():
+        ours = vars(cls).get(name)
+        if callable(ours):
+            problems += _one_override_problems(name, cls, ours)
+    return problems
+
+
+def _one_override_problems(name: str, cls: type, ours) -> list[str]:
     theirs = list(inspect.signature(getattr(GRPOTrainer, name)).parameters.values())
     mine = list(inspect.signature(ours).parameters.values())
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -595,7 +627,7 @@ def _override_problems(name: str) -> list[str]:
     var_pos = any(p.kind is p.VAR_POSITIONAL for p in mine)
     var_kw = any(p.kind is p.VAR_KEYWORD for p in mine)
     problems = []
-    where = f"GRPOEntropyTrainer.{name} ({TRAINER})"
+    where = f"{cls.__name__}.{name} ({_rel(cls)})"
     for i, p in enumerate(q for q in theirs if q.kind in positional):
         if i < len(my_pos):
             if my_pos[i].name != p.name and p.kind is not p.POSITIONAL_ONLY:
@@ -766,10 +798,12 @@ def test_listed_private_attributes_are_still_set_where_recorded():
 
 
 def test_every_override_is_listed():
-    """A method of GRPOEntropyTrainer that GRPOTrainer (or a base) also has must be in OVERRIDDEN_METHODS; a
-    non-method must be an intended one. Catches a new override, and a helper of ours that a new TRL starts shadowing."""
+    """A method of GRPOEntropyTrainer (or of a mixin of ours it inherits, e.g. FaultHandlingMixin) that GRPOTrainer (or
+    a base) also has must be in OVERRIDDEN_METHODS; a non-method must be an intended one. Catches a new override, and a
+    helper of ours that a new TRL starts shadowing."""
     problems = []
-    for name, value in vars(GRPOEntropyTrainer).items():
+    assert len(our_classes()) > 1 and our_classes()[0] is GRPOEntropyTrainer, our_classes()  # the mixins are seen
+    for name, value in our_members().items():
         if name in ("__module__", "__doc__", "__qualname__", "__dict__", "__weakref__", "__annotations__",
                     "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__"):
             continue
@@ -784,9 +818,9 @@ def test_every_override_is_listed():
         if callable(func) or isinstance(value, property):
             if name not in _trl_private.OVERRIDDEN_METHODS:
                 problems.append(
-                    f"GRPOEntropyTrainer.{name} ({TRAINER}) overrides {owner}.{name} but {LISTS} OVERRIDDEN_METHODS "
-                    "does not list it: list it (and USED_PRIVATE_NAMES if private), or rename ours if the clash is "
-                    "new in TRL."
+                    f"GRPOEntropyTrainer.{name} ({_rel(func)}) overrides {owner}.{name} but {LISTS} "
+                    "OVERRIDDEN_METHODS does not list it: list it (and USED_PRIVATE_NAMES if private), or rename ours if "
+                    "the clash is new in TRL."
                 )
         elif name.startswith("_") and name not in _trl_private.USED_PRIVATE_NAMES:
             problems.append(
@@ -794,16 +828,20 @@ def test_every_override_is_listed():
                 "USED_PRIVATE_NAMES does not list it."
             )
     for name in _trl_private.OVERRIDDEN_METHODS:
-        if name not in vars(GRPOEntropyTrainer):
-            problems.append(f"{LISTS} OVERRIDDEN_METHODS lists {name}, which GRPOEntropyTrainer no longer defines.")
+        if name not in our_members():
+            problems.append(
+                f"{LISTS} OVERRIDDEN_METHODS lists {name}, which neither GRPOEntropyTrainer nor a mixin of ours "
+                "defines any more."
+            )
     if problems:
         _fail("GRPOEntropyTrainer's overrides and OVERRIDDEN_METHODS disagree", problems)
 
 
 def test_our_instance_attributes_do_not_shadow_trl():
-    """Attributes GRPOEntropyTrainer sets (`self.x = ...`) that GRPOTrainer or a base also has or sets."""
+    """Attributes GRPOEntropyTrainer or a mixin of ours sets (`self.x = ...`) that GRPOTrainer or a base also has or
+    sets."""
     theirs = _names_of(GRPOTrainer)
-    ours = self_assigned_attributes(_source(GRPOEntropyTrainer))
+    ours = set().union(*(self_assigned_attributes(_source(c)) for c in our_classes()))
     problems = [
         f"GRPOEntropyTrainer sets self.{name}, which TRL's GRPOTrainer (or a base) also has: rename ours (prefix "
         "_ec_) or, if meant, add it to INTENDED_ATTRIBUTE_OVERRIDES (public) or USED_PRIVATE_NAMES (private)."

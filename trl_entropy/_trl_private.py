@@ -32,19 +32,20 @@ __all__ = [
 PRIVATE_ATTRIBUTES = ("_entropy_bonus_enabled",)
 
 #: Methods of trl.GRPOTrainer (or of a base: TRL's `_BaseTrainer`, transformers' `Trainer`) that GRPOEntropyTrainer
-#: (trl_entropy/trainers/grpo_entropy_trainer.py) overrides. Each override calls the base method through `super()`,
-#: so it depends on the base's parameters (recorded in tests/test_trl_drift.py) as well as on its existence.
+#: (trl_entropy/trainers/grpo_entropy_trainer.py) or the mixin it inherits before GRPOTrainer (FaultHandlingMixin,
+#: trl_entropy/trainers/faults.py) overrides. Each override calls the base method through `super()`, so it depends on
+#: the base's parameters (recorded in tests/test_trl_drift.py) as well as on its existence.
 OVERRIDDEN_METHODS = (
     "__init__",  # GRPOTrainer: binds GRPOTrainer.__init__'s signature to check train_dataset before the model loads
     "_get_per_token_logps_and_entropies",  # GRPOTrainer: captures the loss forward's and the scoring pass's entropies
     "_generate_and_score_completions",  # GRPOTrainer: rollout controls (Entrocraft), non-finite advantages
-    "_calculate_rewards",  # GRPOTrainer: unscorable-batch checks around TRL's reward computation
+    "_calculate_rewards",  # GRPOTrainer (in faults.py): unscorable-batch checks around TRL's reward computation
     "_prepare_inputs",  # GRPOTrainer: per-micro-batch advantage weights and the global token plan (cov_scope)
     "_compute_loss",  # GRPOTrainer: token hooks (policy_loss.trainer_compute_loss) and the per-step entropy window
     "_save_checkpoint",  # GRPOTrainer (over Trainer): model card and entropy_control_state.json in each checkpoint
-    "_push_from_checkpoint",  # transformers Trainer: control state before the upload; keeps the upload futures
-    "_finish_current_push",  # transformers Trainer: after waiting for the uploads, warns about the failed ones
-    "init_hf_repo",  # transformers Trainer: one short error when the Hub repo cannot be created or reached
+    "_push_from_checkpoint",  # transformers Trainer: control state before the upload; faults.py keeps the futures
+    "_finish_current_push",  # transformers Trainer (faults.py): after waiting for the uploads, warns about failed ones
+    "init_hf_repo",  # transformers Trainer (faults.py): one short error when the Hub repo cannot be created or reached
     "_load_optimizer_and_scheduler",  # GRPOTrainer (over Trainer): restores the control state on resume
     "create_model_card",  # TRL _BaseTrainer: trl-entropy's model card instead of TRL's
     "save_model",  # transformers Trainer: card and pictures; passes Trainer's private `_internal_call` parameter
@@ -56,17 +57,17 @@ USED_PRIVATE_NAMES = (
     "_compute_loss",  # overridden + super() in trainers/grpo_entropy_trainer.py; mirrored by losses/policy_loss.py
     "_get_per_token_logps_and_entropies",  # losses/policy_loss.py trainer_compute_loss; grpo_entropy_trainer.py
     "_generate_and_score_completions",  # overridden + super() in grpo_entropy_trainer.py (called by _prepare_inputs)
-    "_calculate_rewards",  # overridden + super() in grpo_entropy_trainer.py
+    "_calculate_rewards",  # overridden + super() in trainers/faults.py (FaultHandlingMixin)
     "_prepare_inputs",  # overridden + super() in grpo_entropy_trainer.py
     "_get_train_sampler",  # replaced on the trainer instance by scheduling/curriculum.py (attach: its own sampler)
     # -- methods of transformers.Trainer (GRPOTrainer overrides some of them)
     "_save_checkpoint",  # overridden + super() in grpo_entropy_trainer.py
-    "_push_from_checkpoint",  # overridden + super() in grpo_entropy_trainer.py (called by Trainer._save_checkpoint)
-    "_finish_current_push",  # overridden + super() in grpo_entropy_trainer.py (end of train(), push_to_hub())
+    "_push_from_checkpoint",  # overridden + super() in grpo_entropy_trainer.py and faults.py (Trainer._save_checkpoint)
+    "_finish_current_push",  # overridden + super() in faults.py (end of train(), push_to_hub())
     "_load_optimizer_and_scheduler",  # overridden + super() in grpo_entropy_trainer.py
     "_get_output_dir",  # called in grpo_entropy_trainer.py _save_checkpoint, for the checkpoint folder
     # -- instance attributes set in GRPOTrainer.__init__
-    "_metrics",  # appended to: grpo_entropy_trainer.py, policy_loss.py, scheduling/callbacks.py, curriculum.py
+    "_metrics",  # appended to: grpo_entropy_trainer.py, faults.py, policy_loss.py, callbacks.py, curriculum.py
     "_step",  # TRL's micro-batch counter, read in grpo_entropy_trainer.py (token plan, _hooked_compute_loss)
     "_buffered_inputs",  # read in grpo_entropy_trainer.py _plan_token_selection; set to None in curriculum.py
     "_entropy_bonus_enabled",  # set and read here, for controls.py and losses/policy_loss.py (TRL's entropy term)

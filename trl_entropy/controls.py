@@ -11,9 +11,11 @@ Hooks (see docs/architecture.md):
 * ``advantage_weights(advantages, ctx)`` (B, per step): per micro-batch, multiplicative weights on the sequence
   advantages (equal to per-token weights, since the surrogate is linear in the advantage).
 * ``token_hooks(...)``           (C, per token): per micro-batch, a :class:`~trl_entropy.losses.policy_loss.TokenHooks`
-  for our own loss path (Clip-Cov, KL-Cov, EntroPIC); only controls with ``uses_token_hooks`` switch the trainer to
-  that path. ``step_counts()`` returns local counts the trainer sums across processes at each optimizer-step
-  boundary and passes to ``step_metrics(totals)``.
+  for our own loss path (Clip-Cov, KL-Cov); only controls with ``uses_token_hooks`` switch the trainer to
+  that path. A control whose hooks only add a term to the loss (``additive_loss_term``, EntroPIC) keeps TRL's
+  ``_compute_loss``: the trainer adds the term from the log-probs of TRL's own loss forward. ``step_counts()``
+  returns local counts the trainer sums across processes at each optimizer-step boundary and passes to
+  ``step_metrics(totals)``.
 * ``metrics()``                 extra scalars to log under ``entropy_control/``.
 * ``state_dict()`` / ``load_state_dict()``: everything needed to resume exactly.
 
@@ -118,6 +120,10 @@ class EntropyControl:
       coefficient: such a control gets no ``entropy_bonus_assist`` on top.
     * ``uses_rollouts``, ``uses_advantage_weights``, ``uses_token_hooks``, ``needs_step_plan``: which hooks the
       trainer calls (see the module docstring).
+    * ``additive_loss_term`` (with ``uses_token_hooks``): the control's :class:`TokenHooks` only ever set the
+      additive adjustment (``adjust_mask``, ``adjust_alpha``), never a per-token change of the surrogate. The trainer
+      then keeps TRL's own ``_compute_loss`` and adds the term, computed from the log-probs of TRL's loss forward
+      (no second forward; the loss and gradient equal those of our loss path).
     * ``uses_trl_adaptive_entropy``: the control is TRL's own adaptive entropy coefficient (the config sets
       ``use_adaptive_entropy=True`` for it).
     * ``card_text``: one paragraph for the model card's method section (default: the first paragraph of the class
@@ -136,6 +142,7 @@ class EntropyControl:
     uses_rollouts: bool = False  # implements transform_rollouts
     uses_advantage_weights: bool = False  # implements advantage_weights
     uses_token_hooks: bool = False  # implements token_hooks (the trainer then computes the loss on our own path)
+    additive_loss_term: bool = False  # token_hooks only add a term (adjust_*): TRL's own loss plus that term
     needs_step_plan: bool = False  # implements plan_window (selection decided once per optimizer step, globally)
     uses_trl_adaptive_entropy: bool = False  # the control is TRL's use_adaptive_entropy (set by the config)
     card_text: str = ""  # one paragraph for the model card ("" = the class docstring's first paragraph)
@@ -857,6 +864,7 @@ class EntropicControl(TokenHookControl, ControllerControl):
 
     follows_target = True
     knob_name = "alpha"
+    additive_loss_term = True  # TRL's _compute_loss + alpha * term, from TRL's loss forward (not our loss path)
     raises_entropy = -1  # alpha > 0 sharpens confident tokens
     card_text = "EntroPIC (Yang et al. 2025): a PI controller on entropy reweights high-probability tokens."
     config_prefixes = ("entropic_",)

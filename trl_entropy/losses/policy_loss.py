@@ -1,6 +1,6 @@
 """A GRPO policy loss with per-token hooks, equal to TRL's ``GRPOTrainer._compute_loss`` when the hooks are off.
 
-Why this module exists. Clip-Cov, KL-Cov and token reweighting (EntroPIC) change the loss *per token*, which TRL's
+Why this module exists. Clip-Cov and KL-Cov change the loss *per token*, which TRL's
 ``_compute_loss`` cannot do from the outside. Instead of forking that method, the loss is rebuilt here from small
 named functions (in the style of verl's ``core_algos.py``), each a pure function on tensors:
 
@@ -16,6 +16,10 @@ named functions (in the style of verl's ``core_algos.py``), each a pure function
 
 and :func:`trainer_compute_loss`, a drop-in for ``GRPOTrainer._compute_loss(model, inputs)`` that a subclass calls to
 get the loss with hooks (it runs TRL's own forward and logs TRL's metrics under the same names).
+
+EntroPIC's hooks only add a term to the aggregated loss (``adjust_mask``, ``adjust_alpha``): the trainer keeps TRL's
+own ``_compute_loss`` for it and adds :func:`additive_hooks_loss`, computed from the log-probs of TRL's loss forward
+(equal to what :func:`compute_grpo_loss` adds).
 
 Equality with TRL (trl 1.16): with ``hooks=None`` (or hooks that select nothing and weights of one) the loss and its
 gradient equal TRL's for loss types ``grpo``, ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo``; importance-sampling level
@@ -48,6 +52,7 @@ __all__ = [
     "SUPPORTED_LOSS_TYPES",
     "GRPOLossConfig",
     "TokenHooks",
+    "additive_hooks_loss",
     "aggregate_loss",
     "apply_token_hooks",
     "check_trainer_supported",
@@ -135,7 +140,7 @@ class TokenHooks:
             ``adjust_alpha * mean_{adjust_mask}(-r * |A|)`` (``r`` the unclipped importance ratio, the mean over the
             loss tokens in ``adjust_mask`` of the micro-batch, divided by the gradient-accumulation steps in training
             like TRL's entropy bonus, independent of ``loss_type``). Not part of the per-token surrogate: it is added
-            to the aggregated loss by :func:`compute_grpo_loss`.
+            to the aggregated loss by :func:`compute_grpo_loss` (or, alone, by :func:`additive_hooks_loss`).
         adjust_alpha: EntroPIC's alpha, finite; 0 switches the adjustment off.
 
     Order: KL-Cov replaces the surrogate, then the weights multiply it, then Clip-Cov zeroes it (a token in both
@@ -415,6 +420,9 @@ class GRPOLossConfig:
 
     ``vllm_importance_sampling_correction`` means "multiply by ``inputs['importance_sampling_ratio']``", i.e. TRL's
     ``use_vllm and vllm_importance_sampling_correction``. ``entropy_coef`` is the static bonus coefficient (0 = off).
+    ``entropy_bonus_enabled`` is TRL's ``_entropy_bonus_enabled``: the bonus term is applied, and ``policy_loss`` and
+    ``entropy_coef`` are logged, also at a coefficient of 0, as TRL does once a control switched its bonus on (a
+    non-zero ``entropy_coef`` applies the term whatever this flag).
     """
 
     loss_type: str = "dapo"
@@ -427,6 +435,7 @@ class GRPOLossConfig:
     vllm_importance_sampling_correction: bool = False
     off_policy_mask_threshold: float | None = None
     entropy_coef: float = 0.0
+    entropy_bonus_enabled: bool = False
     max_completion_length: int | None = None
     gradient_accumulation_steps: int = 1
     num_processes: int = 1
@@ -452,6 +461,7 @@ class GRPOLossConfig:
             vllm_importance_sampling_correction=bool(trainer.use_vllm and trainer.vllm_importance_sampling_correction),
             off_policy_mask_threshold=trainer.off_policy_mask_threshold,
             entropy_coef=trainer.entropy_coef if entropy_bonus_enabled(trainer) else 0.0,
+            entropy_bonus_enabled=entropy_bonus_enabled(trainer),
             max_completion_length=trainer.max_completion_length,
             # only defined inside Trainer's training loop; eval does not use it
             gradient_accumulation_steps=getattr(trainer, "current_gradient_accumulation_steps", 1) if training else 1,
@@ -459,6 +469,11 @@ class GRPOLossConfig:
             steps_per_generation=trainer.args.steps_per_generation,
             training=training,
         )
+
+
+def _bonus_applies(config: GRPOLossConfig) -> bool:
+    """Whether the entropy bonus term is in the loss (and ``policy_loss``/``entropy_coef`` are logged)."""
+    return config.entropy_bonus_enabled or config.entropy_coef != 0.0
 
 
 def loss_mask(inputs: Mapping[str, Tensor]) -> Tensor:
@@ -481,7 +496,7 @@ def compute_grpo_loss(
     Steps: importance ratio and clipped surrogate with hooks (:func:`per_token_policy_loss`); off-policy sequence
     mask (if ``config.off_policy_mask_threshold``); high-entropy token mask (if ``entropy_mask``); vLLM importance
     ratio (if ``config.vllm_importance_sampling_correction``); ``+ beta * KL`` (if ``config.beta``); aggregation
-    (:func:`aggregate_loss`); ``- entropy_coef * H`` (if ``config.entropy_coef``).
+    (:func:`aggregate_loss`); ``- entropy_coef * H`` (if ``config.entropy_coef`` or ``config.entropy_bonus_enabled``).
 
     Args:
         per_token_logps: (B, T) current log-probs, with gradient.
@@ -543,9 +558,9 @@ def compute_grpo_loss(
         training=config.training,
     )
 
-    if config.entropy_coef != 0.0:
+    if _bonus_applies(config):
         if entropies is None:
-            raise ValueError("entropy_coef != 0 needs the per-token entropies.")
+            raise ValueError("an entropy bonus (entropy_coef != 0 or entropy_bonus_enabled) needs the entropies.")
         bonus_mask = mask if entropy_mask is None else mask * entropy_mask
         loss = loss - config.entropy_coef * entropy_bonus(
             entropies,
@@ -554,14 +569,12 @@ def compute_grpo_loss(
             training=config.training,
         )
 
-    if hooks is not None and hooks.adjust_mask is not None and float(hooks.adjust_alpha) != 0.0:
-        loss = loss + float(hooks.adjust_alpha) * high_prob_adjustment(
-            ratio,
-            advantages,
-            mask * hooks.adjust_mask.to(device=mask.device, dtype=mask.dtype),
-            gradient_accumulation_steps=config.gradient_accumulation_steps,
-            training=config.training,
-        )
+    adjustment = _adjustment_term(
+        hooks, ratio, advantages, mask, gradient_accumulation_steps=config.gradient_accumulation_steps,
+        training=config.training,
+    )
+    if adjustment is not None:
+        loss = loss + adjustment
 
     return {
         "loss": loss,
@@ -574,6 +587,55 @@ def compute_grpo_loss(
         "old_per_token_logps": old_per_token_logps,
         "entropy_mask": entropy_mask,
     }
+
+
+def _adjustment_term(hooks, ratio, advantages, mask, *, gradient_accumulation_steps, training) -> Tensor | None:
+    """``adjust_alpha * high_prob_adjustment(...)`` of ``hooks``, or ``None`` when the hooks add nothing."""
+    if hooks is None or hooks.adjust_mask is None or float(hooks.adjust_alpha) == 0.0:
+        return None
+    return float(hooks.adjust_alpha) * high_prob_adjustment(
+        ratio,
+        advantages,
+        mask * hooks.adjust_mask.to(device=mask.device, dtype=mask.dtype),
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        training=training,
+    )
+
+
+def additive_hooks_loss(
+    per_token_logps: Tensor,
+    inputs: Mapping[str, Tensor],
+    hooks: TokenHooks | None,
+    *,
+    importance_sampling_level: str = "token",
+    gradient_accumulation_steps: int = 1,
+    training: bool = True,
+) -> Tensor | None:
+    """The additive part of ``hooks`` (EntroPIC's ``adjust_alpha * mean_{adjust_mask}(-r |A|)``): exactly the term
+    :func:`compute_grpo_loss` adds to the aggregated loss, or ``None`` when the hooks add nothing.
+
+    For a trainer that keeps TRL's own ``_compute_loss`` and adds the term: ``per_token_logps`` are the log-probs of
+    TRL's loss forward, with their gradient (no second forward), ``inputs`` TRL's batch. Hooks that change the
+    per-token surrogate (``token_weights``, ``detach_mask``, ``kl_cov_mask``) cannot be added afterwards: they raise
+    ``ValueError`` (use :func:`trainer_compute_loss`).
+    """
+    if hooks is None:
+        return None
+    per_token = [name for name in ("token_weights", "detach_mask", "kl_cov_mask") if getattr(hooks, name) is not None]
+    if per_token:
+        raise ValueError(
+            f"TokenHooks.{per_token[0]} changes the per-token surrogate and cannot be added to TRL's loss; only "
+            "adjust_mask/adjust_alpha can (use trainer_compute_loss for the others)."
+        )
+    hooks.validate(tuple(per_token_logps.shape))
+    mask = loss_mask(inputs)
+    old = inputs.get("old_per_token_logps")
+    old = per_token_logps.detach() if old is None else old
+    ratio = torch.exp(log_importance_weights(per_token_logps - old, mask, importance_sampling_level))
+    return _adjustment_term(
+        hooks, ratio, _as_2d_advantages(inputs["advantages"]), mask,
+        gradient_accumulation_steps=gradient_accumulation_steps, training=training,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -630,7 +692,7 @@ def _log_trl_metrics(trainer, out: dict, entropies: Tensor, config: GRPOLossConf
     acc = trainer.accelerator
     mask, advantages, coef_1 = out["mask"], out["advantages"], out["coef_1"]
 
-    if config.entropy_coef != 0.0:
+    if _bonus_applies(config):  # as TRL: whenever its bonus is enabled, also at a coefficient of 0
         metrics["policy_loss"].append(acc.gather(out["policy_loss"]).nanmean().item())
         if mode == "train" and acc.sync_gradients:
             metrics["entropy_coef"].append(trainer.entropy_coef)

@@ -259,7 +259,7 @@ class EntropyBonusController:
     measurements or targets are skipped (counted in ``skipped``) and leave every state unchanged.
     """
 
-    def __init__(self, kp: float = 0.1, ki: float = 0.02, kff: float = 2.0, c_min: float = -0.2,
+    def __init__(self, kp: float = 0.3, ki: float = 0.01, kff: float = 2.0, c_min: float = -0.2,
                  c_max: float = 0.2, horizon: float = 4.0, level_smoothing: float = 0.4,
                  trend_smoothing: float = 0.2, initial: float = 0.0):
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):

@@ -74,7 +74,7 @@ class _RegisteredControls(Sequence):
 # Every control name: "none" and the registered controls (the registry is the one list).
 ENTROPY_CONTROLS = _RegisteredControls(with_none=True)
 IMPLEMENTED_CONTROLS = ENTROPY_CONTROLS  # every registered control is implemented
-# Controls that change the per-token loss (they run trl_entropy's own loss path, see losses/policy_loss.py).
+# Controls with token hooks (trl_entropy's own loss path, see losses/policy_loss.py; EntroPIC: TRL's loss plus a term).
 TOKEN_HOOK_CONTROLS = _RegisteredControls(lambda cls: cls.uses_token_hooks)
 COV_SCOPES = ("global", "local")
 # Controls that follow a target entropy and therefore need a schedule.
@@ -241,9 +241,9 @@ class GRPOEntropyConfig(GRPOConfig):
     `entropy_target` driven by the schedule.
 
     Parameters:
-        entropy_bonus_kp (`float`, *optional*, defaults to `0.1`):
+        entropy_bonus_kp (`float`, *optional*, defaults to `0.3`):
             Proportional gain: coefficient per unit of relative entropy error; >= 0.
-        entropy_bonus_ki (`float`, *optional*, defaults to `0.02`):
+        entropy_bonus_ki (`float`, *optional*, defaults to `0.01`):
             Integral gain: coefficient added per optimizer step per unit of relative error; >= 0.
         entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
             Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
@@ -442,11 +442,11 @@ class GRPOEntropyConfig(GRPOConfig):
                   "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
     )
     entropy_bonus_kp: float = field(
-        default=0.1,
+        default=0.3,
         metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error; >= 0."},
     )
     entropy_bonus_ki: float = field(
-        default=0.02,
+        default=0.01,
         metadata={"help": "Entropy bonus: integral gain per optimizer step, coefficient per unit of relative error; "
                   ">= 0."},
     )
@@ -809,14 +809,22 @@ class GRPOEntropyConfig(GRPOConfig):
         thr = self.entropic_high_prob_threshold
         if not _is_number(thr) or not (0.0 < thr < 1.0):
             raise ValueError(f"entropic_high_prob_threshold must be a number in (0, 1), got {thr!r}.")
-        if control_cls is not None and control_cls.uses_token_hooks:  # shared by every control on our loss path
+        if control_cls is not None and control_cls.uses_token_hooks:  # shared by every control with token hooks
+            # On trl_entropy's own loss path (Clip-Cov, KL-Cov) these are what the path implements; EntroPIC adds its
+            # term to TRL's own loss (additive_loss_term) but keeps the same limits, the settings it is tested in.
+            additive = getattr(control_cls, "additive_loss_term", False)
+            where = ("adds a term built on the PPO importance ratio to TRL's loss, implemented for" if additive else
+                     "changes the per-token loss on trl_entropy's own loss path, which implements")
             if self.loss_type not in CLIPPED_LOSS_TYPES:
                 raise ValueError(
-                    f"entropy_control={self.entropy_control!r} changes the per-token loss on trl_entropy's own loss "
-                    f"path, which implements loss_type in {list(CLIPPED_LOSS_TYPES)}; got loss_type={self.loss_type!r}."
+                    f"entropy_control={self.entropy_control!r} {where} loss_type in {list(CLIPPED_LOSS_TYPES)}; got "
+                    f"loss_type={self.loss_type!r}."
                 )
             if self.use_adaptive_entropy:
                 raise ValueError(
+                    f"entropy_control={self.entropy_control!r} and TRL's use_adaptive_entropy would run two "
+                    "controllers on the same entropy; turn use_adaptive_entropy off (a static entropy_coef works)."
+                    if additive else
                     f"entropy_control={self.entropy_control!r} runs trl_entropy's own loss path, which does not "
                     "implement TRL's use_adaptive_entropy; turn it off (a static entropy_coef works)."
                 )

@@ -1,6 +1,8 @@
 """`GRPOEntropyTrainer`: TRL's `GRPOTrainer` with entropy controls wired into TRL's own hooks.
 
-This module contains wiring only; the math lives in `trl_entropy.scheduling` and `trl_entropy.losses`.
+This module contains wiring only; the math lives in `trl_entropy.scheduling` and `trl_entropy.losses`, the generic
+fault handling (reward outputs, unscorable batches, non-finite advantages, the training set, Hub uploads, resume
+points) in `trl_entropy.trainers.faults` (`FaultHandlingMixin`, inherited before `GRPOTrainer`).
 
 Hooks used (trl 1.16):
   * knob  (A): controls set attributes TRL's `_compute_loss` reads (e.g. `self.epsilon_high`), only at
@@ -15,9 +17,11 @@ Hooks used (trl 1.16):
     mask through the `tool_mask` key TRL already multiplies into it (attention is untouched);
   * advantage weights (B, per step): per micro-batch, sign-dependent weights on the advantages (positive
     reweighting, W-REINFORCE), applied to a copy so buffered generation batches are never modified in place;
-  * token hooks (C): controls that change the loss per token (Clip-Cov, KL-Cov, EntroPIC) make `_compute_loss`
+  * token hooks (C): controls that change the loss per token (Clip-Cov, KL-Cov) make `_compute_loss`
     run `trl_entropy.losses.policy_loss.trainer_compute_loss` (TRL's forward, our loss, equal to TRL's with the hooks
-    off) with the control's hooks; every other control keeps TRL's `_compute_loss` untouched. With
+    off) with the control's hooks; the settings that path lacks are refused in `__init__`. A control whose hooks only
+    add a term (`additive_loss_term`: EntroPIC) keeps TRL's `_compute_loss` and adds the term from the log-probs of
+    TRL's loss forward (`_additive_compute_loss`); every other control keeps TRL's `_compute_loss` untouched. With
     `cov_scope="global"` the covariance selection is planned once per optimizer step, before its first micro-batch,
     from a no-grad forward over the step's buffered micro-batches (see `_plan_token_selection`); when the step is a
     single micro-batch per process, it is planned inside the loss forward instead, from the same log-probs, with no
@@ -26,29 +30,36 @@ Hooks used (trl 1.16):
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import inspect
 import json
-import logging
 import math
-import numbers
 import os
 import warnings
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
-from trl.trainer.utils import is_async_callable
 
 from .._paths import check_model_path
 from ..controls import RolloutContext, TokenBatch, build_control
 from ..evaluation import EntropyPlotCallback, write_training_plots
 from ..losses.covariance import wide_float_dtype
-from ..losses.policy_loss import _as_2d_advantages, loss_mask, trainer_compute_loss
+from ..losses.policy_loss import (
+    _as_2d_advantages,
+    additive_hooks_loss,
+    check_trainer_supported,
+    loss_mask,
+    trainer_compute_loss,
+)
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
+from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
+    METRIC_PREFIX,
+    FaultHandlingMixin,
+    check_reward_output,
+    check_train_dataset,
+)
 from .grpo_entropy_config import GRPOEntropyConfig, parse_entropy_value
 
 _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
@@ -59,187 +70,6 @@ CONTROL_STATE_FILE = "entropy_control_state.json"
 # Config fields the entropy target depends on (with max_steps): recorded in CONTROL_STATE_FILE, compared at resume.
 _SCHEDULE_FIELDS = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
                     "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")
-METRIC_PREFIX = "entropy_control/"
-
-
-_REWARD_EXPECTED = "a list of floats (or None for a completion it cannot score), one per completion"
-
-
-def _describe_value(value) -> str:
-    """A short description of what a reward function returned, for error messages."""
-    if value is None:
-        return "None"
-    if isinstance(value, dict):
-        keys = list(value)
-        more = ", ..." if len(keys) > 5 else ""
-        return f"a dict (keys {', '.join(map(repr, keys[:5]))}{more})"
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"a {type(value).__name__} ({text})"
-
-
-def _is_reward_sequence(value) -> bool:
-    if isinstance(value, (list, tuple)):
-        return True
-    if isinstance(value, torch.Tensor) or type(value).__module__ == "numpy":
-        return getattr(value, "ndim", None) == 1
-    return False
-
-
-def check_reward_output(name: str, rewards, num_completions: int) -> list[float | None]:
-    """The rewards a reward function returned for ``num_completions`` completions, as floats (None kept).
-
-    Raises a ``TypeError`` naming the function, what it returned and what is expected when the output is not a
-    sequence (a float, a dict, a string, a generator...) or holds something other than a real number or None (e.g.
-    words, or numeric strings, which TRL cannot turn into a tensor), and a ``ValueError`` when its length is not one
-    per completion. NaN and infinite values are returned as they are (the caller decides).
-    """
-    expected = f"{_REWARD_EXPECTED} ({num_completions} in this batch)"
-    if not _is_reward_sequence(rewards):
-        raise TypeError(f"Reward function {name!r} returned {_describe_value(rewards)}; expected {expected}.")
-    values = list(rewards)
-    if len(values) != num_completions:
-        raise ValueError(
-            f"Reward function {name!r} returned {len(values)} value(s) for {num_completions} completions; expected "
-            f"{expected}."
-        )
-    out: list[float | None] = []
-    for i, r in enumerate(values):
-        if r is None:
-            out.append(None)
-            continue
-        if isinstance(r, torch.Tensor) and r.numel() == 1 and not r.is_complex():
-            out.append(float(r))
-            continue
-        if isinstance(r, numbers.Real):
-            out.append(float(r))
-            continue
-        hint = ""
-        if isinstance(r, str):
-            try:
-                float(r)
-                hint = " Convert numeric strings with float()."
-            except ValueError:
-                hint = " Map each completion to a number (e.g. 1.0 for correct, 0.0 for wrong)."
-        raise TypeError(
-            f"Reward function {name!r} returned {_describe_value(r)} for completion {i} of the batch; expected "
-            f"{expected}.{hint}"
-        )
-    return out
-
-
-def _guard_reward_function(reward_func, name: str, on_result=None, search: bool = False):
-    """Wrap a synchronous reward function so that its faults are reported instead of silently training on them.
-
-    * An exception is re-raised as a ``RuntimeError`` naming the function, the exception and the batch size (chained
-      to the original exception). The function is not called again: re-running it costs as much as the batch did
-      (sandboxed, remote or paid rewards). With ``search=True`` (the config's ``reward_error_search``) the batch is
-      re-scored one completion at a time to find the first failing one, and the error also gives its index in the
-      batch and the start of its prompt.
-    * An output that is not one real number (or None) per completion raises an error naming the function, what it
-      returned and what is expected (:func:`check_reward_output`).
-    * A NaN or infinite reward is replaced by ``None`` (TRL's "unscorable": excluded from the group baseline, zero
-      advantage). Left alone, TRL would turn a group holding an infinite reward into zero advantages without a word.
-    * Every call reports ``on_result(name, nan_indices, inf_indices, none_indices)`` (the trainer warns with them).
-
-    Model-based and async reward functions (async functions, partials of them and instances of a class whose
-    ``__call__`` is async: TRL's ``is_async_callable``) are returned unchanged; TRL awaits them.
-    """
-    if isinstance(reward_func, torch.nn.Module) or not callable(reward_func) or is_async_callable(reward_func):
-        return reward_func
-
-    @functools.wraps(reward_func)
-    def wrapped(prompts, completions, **kwargs):
-        try:
-            rewards = reward_func(prompts=prompts, completions=completions, **kwargs)
-        except Exception as err:
-            n = len(completions)
-            if not search:
-                raise RuntimeError(
-                    f"Reward function {name!r} raised {type(err).__name__} on a batch of {n} completion(s): {err}. "
-                    "To find the failing completion, set reward_error_search=True (re-runs the function once per "
-                    "completion of the failing batch)."
-                ) from err
-            index = _first_failing_index(reward_func, prompts, completions, kwargs)
-            where = (f" (no single completion fails on its own: only the batch of {n} does)" if index is None else
-                     f" on completion {index} of the batch of {n} (prompt {str(prompts[index])[:80]!r})")
-            raise RuntimeError(f"Reward function {name!r} raised {type(err).__name__}{where}: {err}") from err
-        values = check_reward_output(name, rewards, len(completions))
-        nan = [i for i, r in enumerate(values) if r is not None and math.isnan(r)]
-        inf = [i for i, r in enumerate(values) if r is not None and math.isinf(r)]
-        if on_result is not None:
-            on_result(name, nan, inf, [i for i, r in enumerate(values) if r is None])
-        if not nan and not inf:
-            return rewards
-        return [None if r is not None and not math.isfinite(r) else r for r in values]
-
-    return wrapped
-
-
-def _first_failing_index(reward_func, prompts, completions, kwargs) -> int | None:
-    n = len(prompts)
-    for i in range(n):
-        one = {k: (v[i : i + 1] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
-        try:
-            reward_func(prompts=prompts[i : i + 1], completions=completions[i : i + 1], **one)
-        except Exception:
-            return i
-    return None
-
-
-def _column_names(dataset) -> list[str] | None:
-    """The columns of a map-style or iterable dataset, when they can be known without iterating it."""
-    names = getattr(dataset, "column_names", None)
-    if isinstance(names, (list, tuple)):
-        return list(names)
-    if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
-        return None
-    try:
-        first = dataset[0]
-    except Exception:  # an exotic dataset: leave the check to TRL
-        return None
-    return list(first) if isinstance(first, dict) else None
-
-
-def check_train_dataset(dataset, args) -> None:
-    """Raise a ``ValueError`` for a training set GRPO cannot train on, before anything is loaded or generated.
-
-    * A dataset dict (e.g. ``DatasetDict``) instead of one split.
-    * A map-style dataset with fewer rows than one generation batch has distinct prompts,
-      ``generation_batch_size / num_generations``: TRL's ``RepeatSampler`` drops an incomplete batch of prompts, so
-      such a dataset gives no batch at all and ``train()`` returns after 0 steps. (Iterable datasets are not checked.)
-    * No ``prompt`` column (where the columns are known without iterating): the error lists the columns.
-    """
-    if dataset is None:
-        return
-    if isinstance(dataset, dict):
-        raise ValueError(
-            f"train_dataset is a {type(dataset).__name__} with splits {list(dataset)}; pass one split, e.g. "
-            f"train_dataset=dataset[{next(iter(dataset), 'train')!r}]."
-        )
-    iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__")
-    if not iterable:
-        rows = len(dataset)
-        needed = args.generation_batch_size // args.num_generations
-        if rows < needed:
-            processes = args.generation_batch_size // (args.per_device_train_batch_size * args.steps_per_generation)
-            have = "is empty" if rows == 0 else f"has {rows} row(s)"
-            raise ValueError(
-                f"train_dataset {have}, but one generation batch needs {needed} distinct prompts: "
-                f"generation_batch_size / num_generations = {args.generation_batch_size} / {args.num_generations}, "
-                f"with generation_batch_size = per_device_train_batch_size ({args.per_device_train_batch_size}) x "
-                f"processes ({processes}) x steps_per_generation ({args.steps_per_generation}). TRL drops an "
-                "incomplete batch of prompts, so training would stop after 0 steps. Add prompts, or lower "
-                "per_device_train_batch_size or steps_per_generation (or raise num_generations)."
-            )
-    columns = _column_names(dataset)
-    if columns is not None and "prompt" not in columns:
-        raise ValueError(
-            f"train_dataset has no 'prompt' column; its columns are {columns}. GRPO generates completions for the "
-            "'prompt' column (a string, or a list of chat messages); rename the column that holds the prompts, e.g. "
-            "dataset.rename_column('question', 'prompt'). Other columns are passed to the reward functions."
-        )
 
 
 def _clean_warning(message: str, category=RuntimeWarning) -> None:
@@ -299,48 +129,7 @@ class _InitialEntropySchedule(CallableSchedule):
         return getattr(schedule, name)
 
 
-def _hub_unreachable(err: BaseException) -> bool:
-    """Whether ``err`` (or an exception it was raised from) says the Hub could not be reached: offline mode
-    (``OfflineModeIsEnabled`` is a ``ConnectionError``), no connection, a timeout, an HTTP client's transport error."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, (ConnectionError, TimeoutError)):
-            return True
-        kind = type(err)
-        if kind.__module__.split(".")[0].startswith(("httpx", "httpcore", "requests", "urllib3")) and any(
-            word in kind.__name__ for word in ("Connect", "Timeout", "Network", "Transport", "Proxy")
-        ):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def _short_error(err: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(err).split())
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-class _DropTrlAllNoneWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "All reward functions returned None" not in str(record.msg)
-
-
-@contextlib.contextmanager
-def _without_trl_all_none_warning():
-    """Hide TRL's "All reward functions returned None" (also printed for NaN rewards) while TRL scores a batch."""
-    trl_logger = logging.getLogger(GRPOTrainer.__module__)
-    drop = _DropTrlAllNoneWarning()
-    trl_logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        trl_logger.removeFilter(drop)
-
-
-class GRPOEntropyTrainer(GRPOTrainer):
+class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
     """GRPO with a schedulable policy entropy. Takes the same arguments as `trl.GRPOTrainer`.
 
     With `args.entropy_control="none"` it trains exactly as `GRPOTrainer` (same losses and weights for the same
@@ -387,25 +176,17 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if bound is not None:
             check_train_dataset(bound.arguments.get("train_dataset"), args)  # before the model is loaded
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
-        self._ec_nonfinite_rewards = 0  # global, over the run (training batches)
-        self._ec_pending_nonfinite_rewards = 0  # this process, since the last generation batch was checked
-        self._ec_nonfinite_advantages = 0
-        self._ec_reward_faults: dict[str, tuple[int, int, int]] = {}  # this batch: name -> (#NaN, #inf, #None)
-        self._ec_unscorable_streak = 0  # consecutive training generation batches with no reward at all
-        self._ec_unscorable_batches = 0
-        self.reward_funcs = [
-            _guard_reward_function(f, n, self._on_reward_result, search=args.reward_error_search)
-            for f, n in zip(self.reward_funcs, self.reward_func_names)
-        ]
+        self._init_fault_handling(args)  # guarded reward functions, fault counters (trainers/faults.py)
         self.entropy_control = build_control(args)
         self._ec_window: torch.Tensor | None = None  # (Σ entropy·mask, Σ mask) over this step's micro-batches
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
+        self._ec_capture_logps = False  # armed by _additive_compute_loss for TRL's loss forward only
+        self._ec_captured_logps: torch.Tensor | None = None  # that forward's log-probs, with their gradient
         self._ec_score_capture = False  # armed per generation until the policy's old-log-prob pass has been read
         self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
         self._ec_all_rejected = 0
-        self._ec_pushes: list[tuple[str, list]] = []  # (checkpoint folder, its upload futures), not yet reported
         self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 20))
         self._ec_warned_saturation = False
         self.entropy_target: float | None = None
@@ -433,6 +214,13 @@ class GRPOEntropyTrainer(GRPOTrainer):
         if self.entropy_control is not None:
             self.entropy_control.rank = self.accelerator.process_index
             self.entropy_control.apply(self)
+            on_our_loss_path = not getattr(self.entropy_control, "additive_loss_term", False)
+            if self.entropy_control.uses_token_hooks and on_our_loss_path:
+                # The settings our loss path lacks (e.g. the MoE router auxiliary loss, which depends on the model, or
+                # a loss_type set on the config after it was validated) fail here, not at the first loss step after
+                # the model has generated. Multimodal inputs are only known per batch: trainer_compute_loss checks
+                # again.
+                check_trainer_supported(self)
 
     # ------------------------------------------------------------------ schedule (F)
     def set_entropy_target(self, target: float | None, phase: str | None = None) -> None:
@@ -517,6 +305,9 @@ class GRPOEntropyTrainer(GRPOTrainer):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ec_capture and entropies is not None:
             self._ec_captured_entropies = entropies.detach()
+        if self._ec_capture_logps:  # TRL's loss forward (its only forward): keep the log-probs with their gradient
+            self._ec_capture_logps = False
+            self._ec_captured_logps = logps
         return logps, entropies, aux
 
     def _peft_policy_adapter(self):
@@ -627,113 +418,6 @@ class GRPOEntropyTrainer(GRPOTrainer):
             )
             return None
         return entropy
-
-    def _on_reward_result(self, name: str, nan: list[int], inf: list[int], none: list[int]) -> None:
-        """Called by every guarded reward function call: remember its faults, warn about NaN/inf."""
-        if nan or inf or none:
-            self._ec_reward_faults[name] = (len(nan), len(inf), len(none))
-        if not (nan or inf):
-            return
-        self._ec_pending_nonfinite_rewards += len(nan) + len(inf)
-        what = " and ".join(
-            f"{kind} for {len(idx)} completion(s) (first at index {idx[0]})"
-            for kind, idx in (("NaN", nan), ("inf", inf))
-            if idx
-        )
-        warnings.warn(
-            f"Step {self.state.global_step}: reward function {name!r} returned {what} of the batch; these rewards are "
-            "treated as unscorable (None: excluded from the group baseline, advantage 0). Counted in "
-            "entropy_control/nonfinite_rewards.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-
-    def _describe_reward_faults(self) -> str:
-        parts = []
-        for name, counts in self._ec_reward_faults.items():
-            what = [f"{kind} for {n}" for kind, n in zip(("NaN", "inf", "None"), counts) if n]
-            parts.append(f"{name!r} returned {' and '.join(what)}")
-        return "; ".join(parts) if parts else "the reward functions returned NaN or None"
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self._ec_reward_faults = {}
-        with _without_trl_all_none_warning():  # it says "returned None" for NaN too; the check below says which
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._check_unscorable(rewards_per_func)
-        return rewards_per_func
-
-    def _check_unscorable(self, rewards_per_func: torch.Tensor) -> None:
-        """Warn about completions no reward function scored; stop after `max_unscorable_batches` consecutive training
-        generation batches in which none was scored. `rewards_per_func` is TRL's gathered (global) reward matrix, so
-        every process reaches the same decision."""
-        unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        count, total = int(unscorable.sum()), unscorable.numel()
-        training = self.model.training
-        if count < total and training:
-            self._ec_unscorable_streak = 0
-        if count == 0:
-            return
-        step = self.state.global_step
-        why = self._describe_reward_faults()
-        if count < total or not training:
-            warnings.warn(
-                f"Step {step}: {count} of {total} completions got no reward from any reward function ({why}); they "
-                "are unscorable: left out of their group's baseline, advantage 0.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return
-        self._ec_unscorable_streak += 1
-        self._ec_unscorable_batches += 1
-        self._metrics["train"][METRIC_PREFIX + "unscorable_batches"].append(float(self._ec_unscorable_batches))
-        limit = self.args.max_unscorable_batches
-        streak = self._ec_unscorable_streak
-        if limit is not None and streak >= limit:
-            raise RuntimeError(
-                f"Step {step}: no completion of the last {streak} generation batches got a reward ({why}), so "
-                f"every advantage was 0 and training on them gave no policy gradient. Stopping: "
-                f"max_unscorable_batches={limit}. Check the reward functions (a reward of None or NaN means 'cannot "
-                "score'), or raise max_unscorable_batches (None never stops)."
-            )
-        stop = "" if limit is None else f"; the run stops at max_unscorable_batches={limit} in a row"
-        warnings.warn(
-            f"Step {step}: no completion of this generation batch got a reward ({why}): every advantage is 0, so "
-            f"training on it gives no policy gradient. {streak} such batch(es) in a row{stop}. Counted in "
-            "entropy_control/unscorable_batches.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-
-    def _check_finite_advantages(self, output):
-        """Rollouts whose advantage is NaN/inf (e.g. an infinite reward) get advantage 0, with a warning and a
-        counter, so they neither poison the loss nor reach a controller. Also logs the NaN/inf rewards the reward
-        functions returned for this batch. Both counts are summed over processes (every rank passes here in lockstep),
-        so every rank logs the same numbers; evaluation batches are not counted."""
-        pending, self._ec_pending_nonfinite_rewards = self._ec_pending_nonfinite_rewards, 0
-        if not self.model.training:
-            return output
-        advantages = output["advantages"]
-        bad = ~torch.isfinite(advantages)
-        if bad.dim() > 1:
-            bad = bad.any(dim=-1)
-        local = torch.stack([bad.sum().float(), torch.tensor(float(pending), device=bad.device)])
-        count, rewards = (int(v) for v in self.accelerator.reduce(local, "sum").tolist())
-        if rewards:
-            self._ec_nonfinite_rewards += rewards
-            self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
-        if count == 0:
-            return output
-        self._ec_nonfinite_advantages += count
-        warnings.warn(
-            f"Step {self.state.global_step}: {count} rollout(s) have a non-finite advantage (NaN or inf: check the "
-            "reward functions); they get advantage 0 and contribute no gradient. Counted in "
-            "entropy_control/nonfinite_advantages.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        self._metrics["train"][METRIC_PREFIX + "nonfinite_advantages"].append(float(self._ec_nonfinite_advantages))
-        output["advantages"] = torch.where(torch.isfinite(advantages), advantages, torch.zeros_like(advantages))
-        return output
 
     def _apply_keep(self, output, keep, loss_mask) -> None:
         keep_f = keep.to(output["advantages"].dtype)
@@ -851,6 +535,34 @@ class GRPOEntropyTrainer(GRPOTrainer):
 
         return trainer_compute_loss(self, model, inputs, hooks_fn)
 
+    def _additive_compute_loss(self, model, inputs):
+        """TRL's own `_compute_loss` plus the control's additive term (`additive_loss_term`, EntroPIC), computed from
+        the log-probs of TRL's loss forward, captured with their gradient: no second forward, and the loss and
+        gradient of `trainer_compute_loss` with the same hooks (tests/test_token_controls.py)."""
+        self._ec_capture_logps = True
+        try:
+            loss = super()._compute_loss(model, inputs)
+            logps = self._ec_captured_logps
+        finally:
+            self._ec_capture_logps = False
+            self._ec_captured_logps = None
+        if logps is None:
+            raise RuntimeError("TRL's _compute_loss ran no forward through _get_per_token_logps_and_entropies.")
+        mask = loss_mask(inputs)
+        with torch.no_grad():
+            hooks = self.entropy_control.token_hooks(
+                self._token_batch(logps.detach(), inputs.get("old_per_token_logps"), inputs["advantages"], mask)
+            )
+        term = additive_hooks_loss(
+            logps,
+            inputs,
+            hooks,
+            importance_sampling_level=self.importance_sampling_level,
+            gradient_accumulation_steps=getattr(self, "current_gradient_accumulation_steps", 1),
+            training=True,
+        )
+        return loss if term is None else loss + term
+
     def _transform_micro_batch(self, inputs):
         """Per-step advantage weights and the 'grpo' kept-rows normaliser, on a copy of the micro-batch."""
         control = self.entropy_control
@@ -876,7 +588,10 @@ class GRPOEntropyTrainer(GRPOTrainer):
         control = self.entropy_control
         try:
             if training and control is not None and control.uses_token_hooks:
-                loss = self._hooked_compute_loss(model, inputs)
+                if getattr(control, "additive_loss_term", False):
+                    loss = self._additive_compute_loss(model, inputs)  # TRL's loss + the control's term (EntroPIC)
+                else:
+                    loss = self._hooked_compute_loss(model, inputs)
             else:
                 loss = super()._compute_loss(model, inputs)
         finally:
@@ -1026,68 +741,10 @@ class GRPOEntropyTrainer(GRPOTrainer):
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # The Trainer pushes from inside _save_checkpoint: write the controller state first, so that the checkpoint
-        # is complete on disk (and uploaded whole with hub_strategy="checkpoint") even if the upload fails.
+        # is complete on disk (and uploaded whole with hub_strategy="checkpoint") even if the upload fails. The
+        # upload's failures are tracked by FaultHandlingMixin._push_from_checkpoint (super()).
         self._write_control_state(checkpoint_folder)
-        self._report_failed_pushes()
-        before = self._current_push_jobs()
         super()._push_from_checkpoint(checkpoint_folder)
-        # The Trainer uploads in the background (futures of `upload_folder(run_as_future=True)`) and never looks at
-        # their outcome: keep this checkpoint's jobs, and warn when one of them failed (_report_failed_pushes).
-        jobs = [job for job in self._current_push_jobs() if not any(job is old for old in before)]
-        if jobs:
-            self._ec_pushes.append((checkpoint_folder, jobs))
-
-    def _current_push_jobs(self) -> list:
-        push = getattr(self, "push_in_progress", None)  # transformers' PushInProgress, set by init_hf_repo
-        return list(getattr(push, "jobs", None) or [])
-
-    def _finish_current_push(self) -> None:
-        # Called at the end of train() (after waiting for the uploads in flight) and by push_to_hub().
-        super()._finish_current_push()
-        self._report_failed_pushes()
-
-    def _report_failed_pushes(self) -> None:
-        """One ``RuntimeWarning`` per checkpoint whose background Hub upload has finished with an error (checked at
-        each save and at the end of training). The checkpoint stays on disk; training goes on."""
-        pending = []
-        for folder, jobs in getattr(self, "_ec_pushes", []):
-            if not all(job.done() for job in jobs):
-                pending.append((folder, jobs))
-                continue
-            errors = [job.exception() for job in jobs if not job.cancelled() and job.exception() is not None]
-            if not errors:
-                continue
-            repo = self.hub_model_id or self.args.hub_model_id
-            many = f" ({len(errors)} of its {len(jobs)} uploads failed; the first)" if len(errors) > 1 else ""
-            warnings.warn(
-                f"The Hub upload of checkpoint {folder} to {repo!r} failed{many}: {_short_error(errors[0])}. The "
-                f"checkpoint is kept on disk at {folder} and training goes on. Upload it later, e.g. "
-                f"`hf upload {repo} {folder} {os.path.basename(folder)}`.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        self._ec_pushes = pending
-
-    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
-        """transformers' `init_hf_repo` (called when the trainer is built with `push_to_hub=True`), with one short
-        error instead of a long traceback when the Hub repo cannot be created or reached."""
-        try:
-            super().init_hf_repo(token=token, private=private)
-        except Exception as err:
-            repo = self.args.hub_model_id or os.path.basename(os.path.abspath(self.args.output_dir))
-            out = self.args.output_dir
-            later = (f"To train without pushing, set push_to_hub=False: checkpoints and the final model are saved in "
-                     f"output_dir ({out}); upload them later with `hf upload {repo} {out}` (huggingface_hub's CLI, "
-                     "formerly `huggingface-cli upload`).")
-            # at construction with push_to_hub=True, or from push_to_hub() in a run built without it
-            where = "push_to_hub=True, but" if self.args.push_to_hub else "push_to_hub():"
-            if _hub_unreachable(err):
-                why = (f"{where} the Hugging Face Hub is unreachable ({_short_error(err)}), so the repo {repo!r} "
-                       "cannot be created or opened.")
-            else:
-                why = (f"{where} the Hub repo {repo!r} could not be created or opened ({_short_error(err)}). Check "
-                       "hub_model_id and the token (`hf auth login`, HF_TOKEN or hub_token).")
-            raise RuntimeError(f"{why} {later}") from err
 
     def _write_control_state(self, folder: str) -> None:
         if self.entropy_control is None or not self.args.should_save or not os.path.isdir(folder):
@@ -1119,27 +776,6 @@ class GRPOEntropyTrainer(GRPOTrainer):
         record["entropy_schedule"] = schedule
         record["max_steps"] = self.state.max_steps
         return record
-
-    def _check_resume_round_boundary(self, checkpoint) -> None:
-        """Warn when the checkpoint's step is inside a generation round: TRL generates a fresh batch on resume, so
-        the interrupted round is not continued and the resume is not exact."""
-        ga = self.args.gradient_accumulation_steps
-        micro = self.args.steps_per_generation * self.num_iterations  # micro-batches per generation round
-        round_steps = micro // math.gcd(micro, ga)  # optimizer steps from one shared boundary to the next
-        step = self.state.global_step
-        if round_steps <= 1 or step % round_steps == 0:
-            return
-        warnings.warn(
-            f"Resuming from {checkpoint} at step {step}, which is not a generation-round boundary: a round of "
-            f"steps_per_generation x num_iterations = {self.args.steps_per_generation} x {self.num_iterations} "
-            f"micro-batches and an optimizer step of gradient_accumulation_steps = {ga} micro-batches end together "
-            f"every {round_steps} optimizer steps. "
-            "TRL generates a fresh batch on resume instead of finishing the interrupted round, so the resumed run "
-            "trains on other completions than an uninterrupted one would: the resume is not exact. Checkpoints at "
-            f"multiples of {round_steps} steps resume exactly: use a save_steps that is a multiple of {round_steps}.",
-            UserWarning,
-            stacklevel=2,
-        )
 
     def _check_resume_schedule(self, checkpoint, saved: dict | None) -> None:
         """Warn, naming each one, when a schedule field or max_steps differs from the run that wrote the checkpoint
