@@ -34,9 +34,11 @@ def load_results(path: str | None) -> dict[str, dict]:
 
 def cached_run(results: dict, path: str | None, *, testbed: str, label: str, seed: int, steps: int, spec,
                target_start: float | None = None, schedule: str = "constant", end_ratio: float = 1.0,
-               anneal_ratio: float = 0.3, method: str | None = None, output_dir: str = "/tmp/trl_entropy_bench"):
+               anneal_ratio: float = 0.3, method: str | None = None, output_dir: str = "/tmp/trl_entropy_bench",
+               cached_only: bool = False):
     """Train ``spec`` (``(ours, overrides, description)``, or None for the demo method ``method``) once, or return
-    the cached result. The result is the demo runner's dict (curves per step), without evaluation."""
+    the cached result. The result is the demo runner's dict (curves per step), without evaluation. With
+    ``cached_only`` a run missing from the cache returns None instead of training."""
     from trl_entropy.demo import runner
 
     settings = runner.DemoSettings(steps=steps, seed=seed, schedule=schedule, target_end_ratio=end_ratio,
@@ -47,6 +49,8 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
                   [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()])
     if key in results:
         return results[key]
+    if cached_only:
+        return None
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
     r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False)

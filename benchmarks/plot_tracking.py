@@ -47,7 +47,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from trl_entropy._plotting import new_figure, save_figure
+    from trl_entropy._plotting import new_figure
     from tracking import TARGETS, target_curve
 
     runs = load(a.results, a.testbed, a.seed)
@@ -78,11 +78,11 @@ def main(argv=None) -> None:
         ax_k.set_ylabel("entropy_coef")
         ax_k.set_xlabel("optimizer step")
         ax_k.axhline(0.0, color="grey", linewidth=0.6)
-    axes[0, 0].legend(fontsize=8, loc="upper right", framealpha=0.8)
-    axes[1, 0].legend(fontsize=8, loc="lower right", framealpha=0.8)
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # one legend above the panels, over no data
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    save_figure(fig, a.out)
+    fig.savefig(a.out, dpi=110)  # not save_figure: its tight_layout would undo the room left for the legend
     print(a.out)
 
 

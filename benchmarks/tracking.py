@@ -128,6 +128,7 @@ def main(argv=None) -> None:
     p.add_argument("--extra", default="{}", help="JSON {method: {config overrides}}, e.g. tuned controller gains")
     p.add_argument("--label", default="", help="suffix for the cached run labels of this configuration")
     p.add_argument("--results", default=None, help="JSON-lines cache of finished runs (resume, reprint)")
+    p.add_argument("--cached_only", action="store_true", help="print the table from the cache; train nothing")
     a = p.parse_args(argv)
     import json
 
@@ -147,12 +148,15 @@ def main(argv=None) -> None:
                 spec = (ours, {**overrides, **extra.get(method, {})}, desc)
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{a.label}", seed=seed,
-                                   steps=steps, spec=spec, method=method, target_start=h0)
-                    r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
+                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only)
+                    if r is not None:
+                        r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
                 else:
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{a.label}",
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
-                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3)
+                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only)
+                if r is None:
+                    continue
                 err, raw, settle = summarize(r["measured"], r["target"])
                 rows.append((target_name, method, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
                              overshoot(r["measured"], r["target"])))

@@ -49,7 +49,8 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     trainer = namespace["trainer"]
     assert trainer.state.global_step == max(steps)
     logged = [h for h in trainer.state.log_history if "entropy_control/measured" in h]
-    assert logged and all("entropy_control/target" in h and "entropy_control/epsilon_high" in h for h in logged)
+    assert logged and all("entropy_control/target" in h and "entropy_control/entropy_coef" in h for h in logged)
+    assert trainer.initial_entropy is not None  # the "initial" target was resolved on the first batch
 
 
 def test_readme_links_to_repository_files_exist():

@@ -52,7 +52,9 @@ def k_axis(ax, ks) -> None:
 def save_figure(fig, path: str, dpi: int = 110) -> str:
     """Write ``fig`` to ``path`` (PNG) through a temporary file, so a half-written picture is never left behind."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.tight_layout()
+    titled = bool(fig.get_suptitle()) if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None) is not None
+    legend_below = any(getattr(legend, "_loc", None) == 8 for legend in fig.legends)  # 8: "lower center"
+    fig.tight_layout(rect=(0, 0.06 if legend_below else 0, 1, 0.96 if titled else 1))  # room for the title
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=dpi)
     os.replace(tmp, path)

@@ -65,8 +65,9 @@ def entropy_curves_figure(curves: dict[str, dict[str, list]], title: str = "Poli
             twin.plot(c["step"], c["knob"], color="gray", lw=0.8, alpha=0.7, label=c.get("knob_name", "knob"),
                       **style)
             twin.set_ylabel(c.get("knob_name", "knob"), color="gray")
+            _readable_constant_axis(twin, c["knob"])
         integer_step_axis(ax)
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="best", fontsize=7, framealpha=0.6)
     first_target = next((curves[m] for m in methods if curves[m].get("target")), None)
     if first_target is not None:
         overlay.plot(first_target["step"], first_target["target"], color="k", ls="--", lw=1.2, label="target",
@@ -75,11 +76,25 @@ def entropy_curves_figure(curves: dict[str, dict[str, list]], title: str = "Poli
     overlay.set_xlabel("optimizer step")
     overlay.set_ylabel("entropy (nats/token)")
     integer_step_axis(overlay)
-    overlay.legend(fontsize=8)
     for ax in axes[n:]:
         ax.axis("off")
+    handles, labels = overlay.get_legend_handles_labels()
+    if len(axes) > n:  # a spare panel holds the overlay's legend, so that it covers no curve
+        axes[n].legend(handles, labels, loc="center", fontsize=8, title="all methods")
+    else:
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     fig.suptitle(title)
     return fig
+
+
+def _readable_constant_axis(ax, values) -> None:
+    """A knob that never moved gets a range around its value (half of it, at least 0.05 each way) instead of
+    matplotlib's ±4%, whose ticks (0.096 ... 0.104 for 0.1) suggest a movement that did not happen."""
+    finite = [v for v in values if v is not None]
+    if finite and max(finite) == min(finite):
+        value = finite[0]
+        half = max(abs(value) * 0.5, 0.05)
+        ax.set_ylim(value - half, value + half)
 
 
 def plot_entropy_curves(curves: dict[str, dict[str, list]], path: str, title: str = "Policy entropy vs target") -> str:

@@ -95,7 +95,7 @@ def _smollm2_hard(recipe=None) -> Testbed:
 
     return Testbed(
         name="smollm2_hard",
-        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot addition of two two-digit numbers",
+        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot addition a+b (10 <= a < 100, b < 10)",
         load=lambda progress=True: gguf.smollm2(progress=progress),
         datasets=lambda seed=0: addition.make_hard_datasets(seed=seed),
         heldout=lambda n, seed=0: addition.make_problems("test", addition.HARD_PREFIX, addition.HARD_A_RANGE,
@@ -107,7 +107,8 @@ def _smollm2_hard(recipe=None) -> Testbed:
     )
 
 
-TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2, "smollm2_hard": _smollm2_hard}
+TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2,
+                                              "smollm2_hard": _smollm2_hard}
 
 
 def get_testbed(name: str = "tiny", recipe=None) -> Testbed:

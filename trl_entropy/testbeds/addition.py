@@ -31,10 +31,11 @@ def _in_test_split(query: str) -> bool:
 
 A_RANGE, B_RANGE = range(20), range(10)  # 200 problems
 
-# The harder variant: two two-digit numbers (8,100 problems), two-shot with two-digit examples. Plain GRPO's reward
-# on it stays inside the 0.3-0.7 band much longer (docs/testbeds.md), so that most groups keep both advantage signs.
-HARD_PREFIX = "23+45=68\n17+36=53\n"
-HARD_A_RANGE, HARD_B_RANGE = range(10, 100), range(10, 100)
+# The harder variant: a two-digit number plus a digit (900 problems), two-shot. SmolLM2 starts at ~18% sampled accuracy
+# here (against ~45% on the default task) and about a third of the groups of 4 hold both advantage signs (48 prompts,
+# seed 0); two-digit plus two-digit was too hard (1.6%). How the reward moves under GRPO is not measured yet.
+HARD_PREFIX = "23+5=28\n61+7=68\n"
+HARD_A_RANGE, HARD_B_RANGE = range(10, 100), range(10)
 
 
 def make_problems(split: str = "train", prefix: str = FEW_SHOT_PREFIX, a_range=A_RANGE, b_range=B_RANGE) -> list[dict]:
@@ -74,7 +75,7 @@ def make_datasets(n_train: int = 4096, seed: int = 0, prefix: str = FEW_SHOT_PRE
 
 
 def make_hard_datasets(n_train: int = 4096, seed: int = 0):
-    """The harder task's ``(train, test)``: two-digit plus two-digit, two-shot (:data:`HARD_PREFIX`)."""
+    """The harder task's ``(train, test)``: a two-digit number plus a digit, two-shot (:data:`HARD_PREFIX`)."""
     return make_datasets(n_train, seed, HARD_PREFIX, HARD_A_RANGE, HARD_B_RANGE)
 
 

@@ -157,7 +157,29 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
     # (the same values the extra no-grad forward would compute) instead of running that forward. Off only in tests.
     _inline_single_micro_batch_plan = True
 
-    def __init__(self, model, reward_funcs, args: GRPOEntropyConfig | None = None, *pargs, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: GRPOEntropyConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        """The arguments of `trl.GRPOTrainer`, in its order (TRL 1.16), with `args` a `GRPOEntropyConfig`."""
+        kwargs = dict(train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
+                      reward_processing_classes=reward_processing_classes, callbacks=callbacks, optimizers=optimizers,
+                      quantization_config=quantization_config, peft_config=peft_config, tools=tools,
+                      rollout_func=rollout_func, environment_factory=environment_factory)
+        pargs = ()
         if isinstance(model, (str, os.PathLike)):
             # "no such folder: ..." for a mistyped local folder, not transformers' "Repo id must be in the form"
             model = check_model_path(model, "model")
