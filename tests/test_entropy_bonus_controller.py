@@ -11,7 +11,7 @@ from trl_entropy.scheduling import EntropyBonusController
 
 def make(**kw):
     base = dict(kp=0.05, ki=0.005, kff=2.0, c_min=-0.1, c_max=0.1, horizon=3.0, level_smoothing=0.3,
-                trend_smoothing=0.2)  # hand-computed cases use these; the closed-loop tests use the defaults
+                trend_smoothing=0.2, bound_limit=None)  # hand-computed cases (fixed bounds); closed loops: defaults
     base.update(kw)
     return EntropyBonusController(**base)
 
@@ -161,3 +161,37 @@ def test_closed_loop_with_the_signs_flipped_fails():
     """The test above would catch a sign error: the same law pushing the wrong way loses the target."""
     flipped = EntropyBonusController()
     assert simulate(lambda m, t: -flipped.update(m, t)) > 0.5
+
+
+def test_a_bound_pushed_past_grows_up_to_its_limit():
+    c = make(kp=0.5, ki=0.05, c_min=-0.2, c_max=0.2, bound_limit=1.0, bound_patience=3)
+    maxima = []
+    for _ in range(40):  # a collapse no coefficient undoes: the upper bound grows 0.2, 0.3, 0.45, 0.675, 1.0
+        c.update(0.0, 1.0)
+        maxima.append(c.c_max)
+    assert sorted(set(maxima)) == pytest.approx([0.2, 0.3, 0.45, 0.675, 1.0])
+    assert c.value == pytest.approx(1.0) and c.c_min == -0.2  # the other bound is untouched
+    assert c.limit_push == 1  # saturated only once the bound can grow no more
+    early = make(kp=0.5, ki=0.05, bound_limit=1.0, bound_patience=3)
+    for _ in range(3):
+        early.update(0.0, 1.0)
+    assert early.limit_push == 0  # at 0.2, but that bound can still grow
+
+
+def test_bounds_stay_when_the_push_is_shorter_than_the_patience():
+    c = make(kp=0.5, bound_limit=1.0, bound_patience=10)
+    for _ in range(9):
+        c.update(0.0, 1.0)
+    assert (c.c_min, c.c_max, c.pushed) == (-0.1, 0.1, 9)
+    c.update(0.0, 1.0)
+    assert c.c_max == pytest.approx(0.15) and c.pushed == 0
+
+
+def test_grown_bounds_survive_a_state_round_trip():
+    a = make(kp=0.5, ki=0.05, bound_limit=1.0, bound_patience=2)
+    for _ in range(9):
+        a.update(0.0, 1.0)
+    b = make(kp=0.5, ki=0.05, bound_limit=1.0, bound_patience=2)
+    b.load_state_dict(a.state_dict())
+    assert (b.c_min, b.c_max, b.pushed) == (a.c_min, a.c_max, a.pushed)
+    assert [a.update(0.1, 1.0) for _ in range(5)] == [b.update(0.1, 1.0) for _ in range(5)]

@@ -215,6 +215,9 @@ class PIController:
             "raw": self.raw,
             "steps": self.steps,
             "skipped": self.skipped,
+            "c_min": self.c_min,
+            "c_max": self.c_max,
+            "pushed": self.pushed,
             "config": {"kp": self.kp, "ki": self.ki, "alpha_min": self.alpha_min, "alpha_max": self.alpha_max},
         }
 
@@ -247,8 +250,9 @@ class EntropyBonusController:
     3. **Feed-forward** from the target's slope: ``ff = kff * (T - T_prev) / T``. An anneal asks entropy to fall at
        a known rate; the feedback alone would only react once the error has built up (a lag of several steps on a
        linear ramp). ``kff`` is in coefficient units per unit of relative target change per step.
-    4. **Output** ``c = clip(I + kp * e + ff, c_min, c_max)``: bounded on both sides. The bounds are the knob's
-       documented scale: on SmolLM2-135M (lr 1e-5) a fixed ``c = 0.1`` drives entropy above its start in every seed
+    4. **Output** ``c = clip(I + kp * e + ff, c_min, c_max)``: bounded on both sides. A bound the error has pushed
+       past for ``bound_patience`` updates in a row grows by 1.5x, up to ``bound_limit`` (the scale learned online).
+       The initial bounds are the knob's documented scale: on SmolLM2-135M (lr 1e-5) a fixed ``c = 0.1`` drives entropy above its start in every seed
        and ``c = 0.01`` slows the collapse 3.5x, so the balancing coefficient lies inside +-0.1 (docs:
        benchmarks, knob authority). The gains are per unit of relative error in those coefficient units.
     5. **Integral with anti-windup**: ``I <- clip(I + ki * e, c_min, c_max)``, skipped when the output sits at a
@@ -259,9 +263,12 @@ class EntropyBonusController:
     measurements or targets are skipped (counted in ``skipped``) and leave every state unchanged.
     """
 
+    BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
+
     def __init__(self, kp: float = 0.3, ki: float = 0.01, kff: float = 2.0, c_min: float = -0.2,
                  c_max: float = 0.2, horizon: float = 4.0, level_smoothing: float = 0.4,
-                 trend_smoothing: float = 0.2, initial: float = 0.0):
+                 trend_smoothing: float = 0.2, initial: float = 0.0, bound_limit: float | None = 1.0,
+                 bound_patience: int = 10):
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
@@ -272,8 +279,16 @@ class EntropyBonusController:
             raise ValueError(f"need finite entropy_bonus_min <= 0 <= entropy_bonus_max, got {c_min}, {c_max}.")
         if not (math.isfinite(initial) and c_min <= initial <= c_max):
             raise ValueError(f"the initial coefficient must lie in [{c_min}, {c_max}], got {initial}.")
+        limit = None if bound_limit is None else float(bound_limit)  # None: the bounds never grow
+        if limit is not None and not (math.isfinite(limit) and limit >= max(-c_min, c_max)):
+            raise ValueError(f"entropy_bonus_bound_limit must be >= the bounds' size ({max(-c_min, c_max)}), got "
+                             f"{bound_limit!r}.")
+        if isinstance(bound_patience, bool) or not isinstance(bound_patience, int) or bound_patience < 1:
+            raise ValueError(f"entropy_bonus_bound_patience must be an integer >= 1, got {bound_patience!r}.")
         self.kp, self.ki, self.kff = float(kp), float(ki), float(kff)
         self.c_min, self.c_max = float(c_min), float(c_max)
+        self.bound_limit, self.bound_patience = limit, int(bound_patience)
+        self.pushed = 0  # consecutive updates whose output was clipped at a bound with the error pushing further
         self.horizon = float(horizon)
         self.level_smoothing, self.trend_smoothing = float(level_smoothing), float(trend_smoothing)
         self.value = float(initial)
@@ -306,7 +321,22 @@ class EntropyBonusController:
         pushing_past = (self.raw >= self.c_max and self.error > 0) or (self.raw <= self.c_min and self.error < 0)
         if not pushing_past:
             self.integral = min(self.c_max, max(self.c_min, self.integral + self.ki * self.error))
+        self._grow_bounds(pushing_past)
         return self.value
+
+    def _grow_bounds(self, pushing_past: bool) -> None:
+        """The knob's scale, learned online: a bound the error has pushed past for `bound_patience` updates in a row
+        grows by `BOUND_GROWTH`, up to `bound_limit`. The documented scale (+-0.2) suits SmolLM2-135M at lr 1e-5,
+        where the law never sat at a bound for more than 5 steps; a model or learning rate that needs a larger
+        coefficient (the tiny testbed needs ~0.6) gets it instead of a saturated control."""
+        self.pushed = self.pushed + 1 if pushing_past else 0
+        if self.bound_limit is None or self.pushed < self.bound_patience:
+            return
+        self.pushed = 0
+        if self.error > 0:
+            self.c_max = min(self.bound_limit, self.c_max * self.BOUND_GROWTH)
+        elif self.c_min < 0:
+            self.c_min = max(-self.bound_limit, self.c_min * self.BOUND_GROWTH)
 
     def decay(self, factor: float) -> float:
         """Shrink the coefficient and the integral toward 0 by ``factor`` (a hand-back to another knob), keeping
@@ -336,11 +366,13 @@ class EntropyBonusController:
 
     @property
     def limit_push(self) -> int:
-        """+1 when the last output was clipped at ``c_max`` with entropy below its target, -1 at ``c_min`` above it,
-        else 0."""
-        if self.raw >= self.c_max and self.error > 0:
+        """+1 when the last output was clipped at ``c_max`` with entropy below its target and that bound can grow no
+        more (``bound_limit``), -1 likewise at ``c_min``, else 0."""
+        top = self.c_max if self.bound_limit is None else self.bound_limit
+        bottom = self.c_min if self.bound_limit is None else -self.bound_limit
+        if self.raw >= self.c_max >= top and self.error > 0:
             return 1
-        if self.raw <= self.c_min and self.error < 0:
+        if self.raw <= self.c_min <= bottom and self.error < 0:
             return -1
         return 0
 
@@ -357,6 +389,9 @@ class EntropyBonusController:
             "raw": self.raw,
             "steps": self.steps,
             "skipped": self.skipped,
+            "c_min": self.c_min,
+            "c_max": self.c_max,
+            "pushed": self.pushed,
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
                        "trend_smoothing": self.trend_smoothing},
@@ -374,6 +409,9 @@ class EntropyBonusController:
         self.raw = float(state.get("raw", self.value))
         self.steps = int(state.get("steps", 0))
         self.skipped = int(state.get("skipped", 0))
+        self.c_min = float(state.get("c_min", self.c_min))
+        self.c_max = float(state.get("c_max", self.c_max))
+        self.pushed = int(state.get("pushed", 0))
 
 
 def _limit_push(direction: int, value: float, low: float, high: float) -> int:

@@ -252,6 +252,12 @@ class GRPOEntropyConfig(GRPOConfig):
             Lower bound of the coefficient (an entropy penalty); <= 0.
         entropy_bonus_max (`float`, *optional*, defaults to `0.2`):
             Upper bound of the coefficient; >= 0.
+        entropy_bonus_bound_limit (`float`, *optional*, defaults to `1.0`):
+            The most either bound may grow to: when the coefficient has sat at a bound with the error pushing further
+            for `entropy_bonus_bound_patience` steps, that bound grows by 1.5x (the knob's scale, learned online).
+            Set it to the bounds' size to keep them fixed.
+        entropy_bonus_bound_patience (`int`, *optional*, defaults to `10`):
+            Steps at a bound, pushed further, before it grows; >= 1.
         entropy_bonus_horizon (`float`, *optional*, defaults to `4.0`):
             Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
             level).
@@ -462,6 +468,16 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_max: float = field(
         default=0.2,
         metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0."},
+    )
+    entropy_bonus_bound_limit: float = field(
+        default=1.0,
+        metadata={"help": "Entropy bonus: the most either bound may grow to when the error keeps pushing past it; >= "
+                  "the size of entropy_bonus_min and entropy_bonus_max."},
+    )
+    entropy_bonus_bound_patience: int = field(
+        default=10,
+        metadata={"help": "Entropy bonus: steps in a row the coefficient must sit at a bound, pushed further, before "
+                  "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1."},
     )
     entropy_bonus_horizon: float = field(
         default=4.0,
@@ -870,6 +886,16 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_range("entropy_bonus_max", 0.0, math.inf)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
+        size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
+        limit = self.entropy_bonus_bound_limit
+        if not _is_number(limit) or limit < size:
+            raise ValueError(
+                f"entropy_bonus_bound_limit must be a finite number >= max(-entropy_bonus_min, entropy_bonus_max) = "
+                f"{size}, got {limit!r}."
+            )
+        patience = self.entropy_bonus_bound_patience
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"entropy_bonus_bound_patience must be an integer >= 1, got {patience!r}.")
         window = self.entropy_bonus_assist_window
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"entropy_bonus_assist_window must be an integer >= 1, got {window!r}.")
