@@ -215,9 +215,6 @@ class PIController:
             "raw": self.raw,
             "steps": self.steps,
             "skipped": self.skipped,
-            "c_min": self.c_min,
-            "c_max": self.c_max,
-            "pushed": self.pushed,
             "config": {"kp": self.kp, "ki": self.ki, "alpha_min": self.alpha_min, "alpha_max": self.alpha_max},
         }
 
