@@ -312,7 +312,8 @@ class EntropyBonusController:
         self.last_target = target
         next_target = max(target + slope, 1e-6)
         self.error = min(1.0, max(-1.0, (next_target - self.predicted) / next_target))
-        self.feedforward = self.kff * slope / max(target, 1e-6)
+        # a jump of the target (a one-step anneal) is not a slope: the term is held within the bounds
+        self.feedforward = min(self.c_max, max(self.c_min, self.kff * slope / max(target, 1e-6)))
         self.raw = self.integral + self.kp * self.error + self.feedforward
         self.value = min(self.c_max, max(self.c_min, self.raw))
         pushing_past = (self.raw >= self.c_max and self.error > 0) or (self.raw <= self.c_min and self.error < 0)

@@ -74,37 +74,35 @@ def _tiny(recipe=None) -> Testbed:
     )
 
 
-def _smollm2(recipe=None) -> Testbed:
+def _smollm2_on(name: str, title: str, a_range, b_range, prefix: str) -> Testbed:
+    """SmolLM2-135M-Instruct on the addition task with the given operand ranges and two-shot prefix."""
     from . import addition, gguf
 
     return Testbed(
-        name="smollm2",
-        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot addition a+b (a < 20, b < 10)",
+        name=name,
+        title=f"SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), {title}",
         load=lambda progress=True: gguf.smollm2(progress=progress),
-        datasets=lambda seed=0: addition.make_datasets(seed=seed),
-        heldout=lambda n, seed=0: addition.make_problems("test")[:n],
+        datasets=lambda seed=0: addition.make_datasets(seed=seed, prefix=prefix, a_range=a_range, b_range=b_range),
+        heldout=lambda n, seed=0: addition.make_problems("test", prefix, a_range, b_range)[:n],
         reward=addition.accuracy_reward,
         grpo_config_kwargs=addition.grpo_config_kwargs,
         base_model=gguf.HUB_ID,
         demo_steps=100,
     )
+
+
+def _smollm2(recipe=None) -> Testbed:
+    from . import addition
+
+    return _smollm2_on("smollm2", "two-shot addition a+b (a < 20, b < 10)", addition.A_RANGE, addition.B_RANGE,
+                       addition.FEW_SHOT_PREFIX)
 
 
 def _smollm2_hard(recipe=None) -> Testbed:
-    from . import addition, gguf
+    from . import addition
 
-    return Testbed(
-        name="smollm2_hard",
-        title="SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32), two-shot addition a+b (10 <= a < 100, b < 10)",
-        load=lambda progress=True: gguf.smollm2(progress=progress),
-        datasets=lambda seed=0: addition.make_hard_datasets(seed=seed),
-        heldout=lambda n, seed=0: addition.make_problems("test", addition.HARD_PREFIX, addition.HARD_A_RANGE,
-                                                         addition.HARD_B_RANGE)[:n],
-        reward=addition.accuracy_reward,
-        grpo_config_kwargs=addition.grpo_config_kwargs,
-        base_model=gguf.HUB_ID,
-        demo_steps=100,
-    )
+    return _smollm2_on("smollm2_hard", "two-shot addition a+b (10 <= a < 100, b < 10)", addition.HARD_A_RANGE,
+                       addition.HARD_B_RANGE, addition.HARD_PREFIX)
 
 
 TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2,

@@ -291,7 +291,11 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
-        entropy = self._rollout_entropy(output, loss_mask, "extra_pass")
+        # Entrocraft's scoring pass may already hold this batch's entropies: use them (no second forward) and leave
+        # them in place for the rollout control, which reads them next.
+        captured = self._ec_scoring_entropies
+        entropy = self._rollout_entropy(output, loss_mask, "extra_pass" if captured is None else "scoring_pass")
+        self._ec_scoring_entropies = captured
         if entropy is None:
             warnings.warn(
                 f"Step {self.state.global_step}: the initial entropy could not be measured on this generation batch "
