@@ -195,3 +195,119 @@ def test_grown_bounds_survive_a_state_round_trip():
     b.load_state_dict(a.state_dict())
     assert (b.c_min, b.c_max, b.pushed) == (a.c_min, a.c_max, a.pushed)
     assert [a.update(0.1, 1.0) for _ in range(5)] == [b.update(0.1, 1.0) for _ in range(5)]
+
+
+# --- the online authority estimate (adapt_gain) ---------------------------------------------------------------
+
+def multiplicative_plant(controller_update, g, steps=120, seed=0, momentum=0.9, noise=0.1, pull=0.03):
+    """log H moves by g * (momentum-averaged coefficient) - pull per step; measurements carry `noise`. Returns the
+    controller's per-step outputs and the measured entropies."""
+    rng = random.Random(seed)
+    h, averaged, outputs, readings = 1.0, 0.0, [], []
+    for t in range(steps):
+        reading = h * (1 + noise * rng.gauss(0.0, 1.0))
+        readings.append(reading)
+        c = controller_update(reading, 1.0)
+        outputs.append(c)
+        averaged = momentum * averaged + (1 - momentum) * c
+        h = min(5.0, max(0.02, h * math.exp(g * averaged - pull)))
+    return outputs, readings
+
+
+@pytest.mark.parametrize("g", [0.4, 1.0, 2.5])
+def test_authority_estimate_recovers_the_plant_gain_open_loop(g):
+    from trl_entropy.scheduling import AuthorityEstimator
+
+    est = AuthorityEstimator(prior=1.0, momentum=0.9)
+    rng = random.Random(10)
+    step = 0.1 / g  # moves entropy about as much on every plant, as a closed loop would
+    excitation = [rng.choice([-step, 0.0, step]) for _ in range(30) for _ in range(5)]  # held 5 steps each
+    it = iter(excitation)
+
+    def open_loop(measured, target):
+        est.observe(measured)
+        c = next(it)
+        est.applied(c)
+        return c
+
+    multiplicative_plant(open_loop, g, steps=150, pull=0.0)
+    assert est.updates > 100
+    assert est.estimate == pytest.approx(g, rel=0.2)  # over seeds: ~10% low, +-25% (10% measurement noise)
+
+
+def test_adaptive_gain_lowers_the_gains_on_a_strong_knob_and_raises_them_on_a_weak_one():
+    strong, weak = EntropyBonusController(), EntropyBonusController()
+    multiplicative_plant(strong.update, 2.5)
+    multiplicative_plant(weak.update, 0.4)
+    assert strong.gain_scale < 0.7 and weak.gain_scale > 1.4
+    fixed = EntropyBonusController(adapt_gain=False)
+    multiplicative_plant(fixed.update, 2.5)
+    assert fixed.gain_scale == 1.0 and fixed.authority.estimate != 1.0  # estimated, not used
+
+
+def test_adaptive_gain_tracks_better_than_fixed_gains_across_a_range_of_authorities():
+    """What the feature is for (benchmarks/controller_sim.py has the full picture): over a 6x range of the knob's
+    authority, the same defaults hold the target better when the gains follow the estimate."""
+    def mean_error(adapt):
+        errors = []
+        for g in (0.4, 2.5):
+            for seed in range(3):
+                c = EntropyBonusController(adapt_gain=adapt)
+                _, readings = multiplicative_plant(c.update, g, seed=seed, noise=0.15)
+                smooth = [sum(readings[max(0, i - 9):i + 1]) / len(readings[max(0, i - 9):i + 1])
+                          for i in range(len(readings))]
+                errors += [abs(x - 1.0) for x in smooth[24:]]
+        return sum(errors) / len(errors)
+
+    assert mean_error(True) < 0.85 * mean_error(False)
+
+
+def test_authority_estimate_is_held_within_its_spread_and_survives_a_round_trip():
+    from trl_entropy.scheduling import AuthorityEstimator
+
+    est = AuthorityEstimator(prior=1.0, spread=2.0, momentum=0.0, warmup=3)
+    for i in range(40):  # entropy leaps tenfold per unit of coefficient: far above prior * spread
+        est.observe(math.exp(0.5 * (i % 2)))
+        est.applied(0.05 * (i % 2))
+    assert 0.5 <= est.estimate <= 2.0
+    copy = AuthorityEstimator(prior=1.0, spread=2.0, momentum=0.0, warmup=3)
+    copy.load_state_dict(est.state_dict())
+    for i in range(10):
+        for e in (est, copy):
+            e.observe(1.0 + 0.1 * i)
+            e.applied(0.01 * i)
+    assert copy.state_dict() == est.state_dict()
+
+
+def test_a_collapsed_or_missing_measurement_restarts_the_windows():
+    from trl_entropy.scheduling import AuthorityEstimator
+
+    est = AuthorityEstimator()
+    for _ in range(12):
+        est.observe(1.0)
+        est.applied(0.1)
+    before = est.updates
+    est.observe(0.0)  # a collapsed policy: log-entropy undefined
+    est.observe(1.0)
+    assert est.updates == before and len(est.logs) == 1
+
+
+def test_long_state_round_trip_with_the_estimate_in_use():
+    rng = random.Random(3)
+    seq = [(rng.uniform(0.5, 1.5), 1.0) for _ in range(80)]
+    a = EntropyBonusController()
+    for m, t in seq[:50]:
+        a.update(m, t)
+    assert a.authority.updates >= a.authority.warmup  # the estimate is in use at the checkpoint
+    b = EntropyBonusController()
+    b.load_state_dict(a.state_dict())
+    assert [a.update(m, t) for m, t in seq[50:]] == [b.update(m, t) for m, t in seq[50:]]
+
+
+@pytest.mark.parametrize("bad", [dict(prior=0.0), dict(prior=math.inf), dict(window=1), dict(forgetting=0.0),
+                                 dict(momentum=1.0), dict(spread=0.5)])
+def test_bad_estimator_arguments_are_refused(bad):
+    from trl_entropy.scheduling import AuthorityEstimator
+
+    with pytest.raises(ValueError):
+        AuthorityEstimator(**bad)

@@ -902,7 +902,19 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         level_smoothing=args.entropy_bonus_level_smoothing,
         trend_smoothing=args.entropy_bonus_trend_smoothing,
         initial=initial,
+        adapt_gain=args.entropy_bonus_adapt_gain,
+        authority=args.entropy_bonus_authority,
+        momentum=_optimizer_momentum(args),
     )
+
+
+def _optimizer_momentum(args) -> float:
+    """The first-moment momentum through which a loss coefficient reaches the weights: Adam's ``beta1`` for the
+    Adam family (Transformers' default optimizers), 0 for plain SGD and Adafactor."""
+    optim = str(getattr(args, "optim", "adamw_torch")).lower()
+    if "sgd" in optim or "adafactor" in optim:
+        return 0.0
+    return float(getattr(args, "adam_beta1", 0.9))
 
 
 def _set_coefficient(trainer, value: float) -> None:
@@ -953,7 +965,8 @@ class EntropyBonusControl(ControllerControl):
 
     def metrics(self):
         c = self.controller
-        out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward}
+        out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward,
+               "bonus_authority": c.authority.estimate, "bonus_gain_scale": c.gain_scale}
         if c.predicted is not None:
             out["bonus_predicted_entropy"] = c.predicted
         return out
@@ -1067,8 +1080,8 @@ class AssistedControl:
         if self.active:
             self.bonus.update(measured, target)
         else:
-            self.bonus.track(measured, target)
             self.bonus.decay(self.HANDBACK_DECAY)
+            self.bonus.track(measured, target)
 
     @property
     def limit_push(self) -> int:

@@ -1,6 +1,7 @@
 from .callbacks import EntropyScheduleCallback
 from .controllers import (
     AdaptiveClipController,
+    AuthorityEstimator,
     EntropyBonusController,
     LambdaStepController,
     PIController,
@@ -23,6 +24,7 @@ __all__ = [
     "CurriculumDataset",
     "CurriculumSampler",
     "AdaptiveClipController",
+    "AuthorityEstimator",
     "EntropyBonusController",
     "LambdaStepController",
     "PIController",

@@ -13,6 +13,7 @@ __all__ = [
     "AdaptiveClipController",
     "LambdaStepController",
     "PIController",
+    "AuthorityEstimator",
     "EntropyBonusController",
     "SaturationMonitor",
 ]
@@ -226,6 +227,101 @@ class PIController:
         self.skipped = int(state.get("skipped", 0))
 
 
+class AuthorityEstimator:
+    """Online estimate of a knob's *authority* ``g`` on entropy: the relative change of entropy per optimizer step per
+    unit of the coefficient, as the optimizer applies it.
+
+    Why: the best gains of a feedback law on this knob are inversely proportional to ``g``, and ``g`` is not a
+    constant of the method. On SmolLM2-135M at lr 1e-5 a coefficient of 0.1 balances the policy gradient's pull;
+    the tiny testbed needs ~0.6; another SmolLM2 task went from 0.5 to 3.1 nats in 10 steps at 0.1. A fixed gain is
+    too timid on one and oscillates on the other (``benchmarks/controller_sim.py``: mean tracking error 16% over a
+    6x range of ``g`` with fixed gains, 8-9% with the gain tuned for each ``g``).
+
+    Model: ``log H(t+1) - log H(t) = g * u(t) - d + noise``, where ``u`` is the coefficient averaged by the
+    optimizer's first-moment momentum (Adam's ``beta1``: a coefficient acts through the gradient average, not at
+    once) and ``d`` is the policy gradient's own pull, slowly varying. Each step it takes the change of the mean
+    log-entropy between the last two windows of ``window`` measurements (averaging the per-step sampling noise) and
+    regresses it, by recursive least squares with forgetting factor ``forgetting``, on the sum of ``u`` over the
+    steps between the windows' centres, with an intercept for ``d``. The estimate is used once ``warmup``
+    regressions have run, and is held within ``[prior / spread, prior * spread]``: a badly excited regression can
+    move the gains by at most ``spread``x.
+
+    Pure and deterministic: fed the same global measurements on every process, it gives the same estimate.
+    """
+
+    def __init__(self, prior: float = 1.0, window: int = 5, forgetting: float = 0.98, momentum: float = 0.9,
+                 spread: float = 5.0, warmup: int = 10):
+        if not (isinstance(prior, (int, float)) and math.isfinite(prior) and prior > 0):
+            raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {prior!r}.")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+            raise ValueError(f"the authority window must be an integer >= 2, got {window!r}.")
+        if not (0.0 < forgetting <= 1.0):
+            raise ValueError(f"the forgetting factor must lie in (0, 1], got {forgetting!r}.")
+        if not (0.0 <= momentum < 1.0):
+            raise ValueError(f"the optimizer momentum (adam_beta1) must lie in [0, 1), got {momentum!r}.")
+        if not spread >= 1.0:
+            raise ValueError(f"the authority spread must be >= 1, got {spread!r}.")
+        self.prior, self.window, self.forgetting = float(prior), int(window), float(forgetting)
+        self.momentum, self.spread, self.warmup = float(momentum), float(spread), int(warmup)
+        self.lag = (self.window) // 2  # steps from the newest measurement back to the last coefficient that counts
+        self.logs: deque = deque(maxlen=2 * self.window)
+        self.averaged: deque = deque(maxlen=self.window + self.lag)
+        self.u = 0.0  # the momentum-averaged coefficient
+        self.theta = [self.prior, 0.0]  # [g, -d]
+        self.cov = [[10.0, 0.0], [0.0, 10.0]]
+        self.updates = 0
+        self.estimate = self.prior
+
+    @property
+    def gain_scale(self) -> float:
+        """Factor for the law's gains: ``prior / estimate`` (1 until the estimate is used)."""
+        return self.prior / self.estimate
+
+    def observe(self, measured: float) -> None:
+        """Record a step's (global) measured entropy and, once two windows are in, run one regression step."""
+        if not (math.isfinite(measured) and measured > 1e-4):
+            self.logs.clear()  # a collapsed or missing measurement breaks the windows: start them again
+            return
+        self.logs.append(math.log(measured))
+        w = self.window
+        if len(self.logs) < 2 * w or len(self.averaged) < w + self.lag:
+            return
+        logs = list(self.logs)
+        change = max(-1.0, min(1.0, (sum(logs[w:]) - sum(logs[:w])) / w))
+        acting = list(self.averaged)[:w]  # the w averaged coefficients between the two windows' centres
+        self._regress([sum(acting), float(w)], change)
+
+    def applied(self, coefficient: float) -> None:
+        """Record the coefficient the optimizer will use for this step."""
+        self.u = self.momentum * self.u + (1.0 - self.momentum) * float(coefficient)
+        self.averaged.append(self.u)
+
+    def _regress(self, x: list, y: float) -> None:
+        lam, P, th = self.forgetting, self.cov, self.theta
+        px = [P[0][0] * x[0] + P[0][1] * x[1], P[1][0] * x[0] + P[1][1] * x[1]]
+        denominator = lam + x[0] * px[0] + x[1] * px[1]
+        gain = [px[0] / denominator, px[1] / denominator]
+        residual = y - (th[0] * x[0] + th[1] * x[1])
+        self.theta = [th[0] + gain[0] * residual, th[1] + gain[1] * residual]
+        self.cov = [[(P[i][j] - gain[i] * px[j]) / lam for j in range(2)] for i in range(2)]
+        self.updates += 1
+        if self.updates >= self.warmup:
+            self.estimate = min(self.prior * self.spread, max(self.prior / self.spread, self.theta[0]))
+
+    def state_dict(self) -> dict:
+        return {"logs": list(self.logs), "averaged": list(self.averaged), "u": self.u, "theta": list(self.theta),
+                "cov": [list(r) for r in self.cov], "updates": self.updates, "estimate": self.estimate}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.logs = deque((float(v) for v in state["logs"]), maxlen=2 * self.window)
+        self.averaged = deque((float(v) for v in state["averaged"]), maxlen=self.window + self.lag)
+        self.u = float(state["u"])
+        self.theta = [float(v) for v in state["theta"]]
+        self.cov = [[float(v) for v in r] for r in state["cov"]]
+        self.updates = int(state["updates"])
+        self.estimate = float(state["estimate"])
+
+
 class EntropyBonusController:
     """Feedback on a signed entropy coefficient ``c`` (the loss is ``L_policy - c * H``): a bonus when ``c > 0``, a
     penalty when ``c < 0``, so it can push entropy down through an anneal as well as up.
@@ -262,10 +358,11 @@ class EntropyBonusController:
 
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
 
-    def __init__(self, kp: float = 0.3, ki: float = 0.01, kff: float = 2.0, c_min: float = -0.2,
-                 c_max: float = 0.2, horizon: float = 4.0, level_smoothing: float = 0.4,
+    def __init__(self, kp: float = 0.25, ki: float = 0.015, kff: float = 2.0, c_min: float = -0.5,
+                 c_max: float = 0.5, horizon: float = 6.0, level_smoothing: float = 0.4,
                  trend_smoothing: float = 0.2, initial: float = 0.0, bound_limit: float | None = 1.0,
-                 bound_patience: int = 10):
+                 bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
+                 momentum: float = 0.9):
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
@@ -299,6 +396,14 @@ class EntropyBonusController:
         self.raw = self.value  # the unclipped output of the last update
         self.steps = 0
         self.skipped = 0
+        self.adapt_gain = bool(adapt_gain)
+        self.authority = AuthorityEstimator(prior=authority, momentum=momentum)
+
+    @property
+    def gain_scale(self) -> float:
+        """Factor applied to ``kp``, ``ki`` and ``kff``: ``authority / estimated authority`` with ``adapt_gain``, else
+        1."""
+        return self.authority.gain_scale if self.adapt_gain else 1.0
 
     def update(self, measured: float, target: float) -> float:
         if not (math.isfinite(measured) and math.isfinite(target)):
@@ -306,6 +411,7 @@ class EntropyBonusController:
             return self.value
         self.steps += 1
         target = float(target)
+        self.authority.observe(float(measured))
         self._filter(float(measured))
         self.predicted = self.level + self.horizon * self.trend
         slope = 0.0 if self.last_target is None else target - self.last_target
@@ -313,13 +419,15 @@ class EntropyBonusController:
         next_target = max(target + slope, 1e-6)
         self.error = min(1.0, max(-1.0, (next_target - self.predicted) / next_target))
         # a jump of the target (a one-step anneal) is not a slope: the term is held within the bounds
-        self.feedforward = min(self.c_max, max(self.c_min, self.kff * slope / max(target, 1e-6)))
-        self.raw = self.integral + self.kp * self.error + self.feedforward
+        scale = self.gain_scale
+        self.feedforward = min(self.c_max, max(self.c_min, scale * self.kff * slope / max(target, 1e-6)))
+        self.raw = self.integral + scale * self.kp * self.error + self.feedforward
         self.value = min(self.c_max, max(self.c_min, self.raw))
         pushing_past = (self.raw >= self.c_max and self.error > 0) or (self.raw <= self.c_min and self.error < 0)
         if not pushing_past:
-            self.integral = min(self.c_max, max(self.c_min, self.integral + self.ki * self.error))
+            self.integral = min(self.c_max, max(self.c_min, self.integral + scale * self.ki * self.error))
         self._grow_bounds(pushing_past)
+        self.authority.applied(self.value)
         return self.value
 
     def _grow_bounds(self, pushing_past: bool) -> None:
@@ -338,7 +446,8 @@ class EntropyBonusController:
 
     def decay(self, factor: float) -> float:
         """Shrink the coefficient and the integral toward 0 by ``factor`` (a hand-back to another knob), keeping
-        the filter running on the entropy it is given through :meth:`track`."""
+        the filter running on the entropy it is given through :meth:`track` (call this first, then :meth:`track`,
+        which records the decayed coefficient as the one in effect)."""
         self.integral *= factor
         self.value = min(self.c_max, max(self.c_min, self.value * factor))
         self.raw = self.value
@@ -349,8 +458,10 @@ class EntropyBonusController:
         while another knob acts, so that a hand-over starts from the present entropy and trend."""
         if not (math.isfinite(measured) and math.isfinite(target)):
             return
+        self.authority.observe(float(measured))
         self._filter(float(measured))
         self.last_target = float(target)
+        self.authority.applied(self.value)
 
     def _filter(self, measured: float) -> None:
         """Holt's double exponential smoothing of the measured entropy: level and trend per step."""
@@ -390,9 +501,11 @@ class EntropyBonusController:
             "c_min": self.c_min,
             "c_max": self.c_max,
             "pushed": self.pushed,
+            "authority": self.authority.state_dict(),
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
-                       "trend_smoothing": self.trend_smoothing},
+                       "trend_smoothing": self.trend_smoothing, "adapt_gain": self.adapt_gain,
+                       "authority": self.authority.prior, "momentum": self.authority.momentum},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -410,6 +523,8 @@ class EntropyBonusController:
         self.c_min = float(state.get("c_min", self.c_min))
         self.c_max = float(state.get("c_max", self.c_max))
         self.pushed = int(state.get("pushed", 0))
+        if "authority" in state:
+            self.authority.load_state_dict(state["authority"])
 
 
 def _limit_push(direction: int, value: float, low: float, high: float) -> int:

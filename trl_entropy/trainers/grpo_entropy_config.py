@@ -241,16 +241,18 @@ class GRPOEntropyConfig(GRPOConfig):
     `entropy_target` driven by the schedule.
 
     Parameters:
-        entropy_bonus_kp (`float`, *optional*, defaults to `0.3`):
-            Proportional gain: coefficient per unit of relative entropy error; >= 0.
-        entropy_bonus_ki (`float`, *optional*, defaults to `0.01`):
-            Integral gain: coefficient added per optimizer step per unit of relative error; >= 0.
+        entropy_bonus_kp (`float`, *optional*, defaults to `0.25`):
+            Proportional gain: coefficient per unit of relative entropy error, at the reference authority
+            `entropy_bonus_authority`; >= 0.
+        entropy_bonus_ki (`float`, *optional*, defaults to `0.015`):
+            Integral gain: coefficient added per optimizer step per unit of relative error (at the reference
+            authority); >= 0.
         entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
             Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
             error builds up); >= 0.
-        entropy_bonus_min (`float`, *optional*, defaults to `-0.2`):
+        entropy_bonus_min (`float`, *optional*, defaults to `-0.5`):
             Lower bound of the coefficient (an entropy penalty); <= 0.
-        entropy_bonus_max (`float`, *optional*, defaults to `0.2`):
+        entropy_bonus_max (`float`, *optional*, defaults to `0.5`):
             Upper bound of the coefficient; >= 0.
         entropy_bonus_bound_limit (`float`, *optional*, defaults to `1.0`):
             The most either bound may grow to: when the coefficient has sat at a bound with the error pushing further
@@ -258,13 +260,21 @@ class GRPOEntropyConfig(GRPOConfig):
             Set it to the bounds' size to keep them fixed.
         entropy_bonus_bound_patience (`int`, *optional*, defaults to `10`):
             Steps at a bound, pushed further, before it grows; >= 1.
-        entropy_bonus_horizon (`float`, *optional*, defaults to `4.0`):
+        entropy_bonus_horizon (`float`, *optional*, defaults to `6.0`):
             Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
             level).
         entropy_bonus_level_smoothing (`float`, *optional*, defaults to `0.4`):
             Weight of the newest measurement in the filtered level, in (0, 1] (1: no filtering).
         entropy_bonus_trend_smoothing (`float`, *optional*, defaults to `0.2`):
             Weight of the newest level change in the filtered trend, in (0, 1].
+        entropy_bonus_adapt_gain (`bool`, *optional*, defaults to `True`):
+            Scale `kp`, `ki` and `kff` by `entropy_bonus_authority / g`, where `g` is the knob's authority estimated
+            online (relative entropy change per step per unit of coefficient, by recursive least squares on the
+            measured entropy and the coefficients applied through the optimizer's momentum), held within 5x of the
+            reference. The best gains are inversely proportional to `g`, which differs between models, tasks and
+            learning rates. Logged as `entropy_control/bonus_authority` and `entropy_control/bonus_gain_scale`.
+        entropy_bonus_authority (`float`, *optional*, defaults to `1.0`):
+            Reference authority `g` at which the gains are given, and the estimate's starting value; > 0.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -448,11 +458,12 @@ class GRPOEntropyConfig(GRPOConfig):
                   "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
     )
     entropy_bonus_kp: float = field(
-        default=0.3,
-        metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error; >= 0."},
+        default=0.25,
+        metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error at the "
+                  "reference authority; >= 0."},
     )
     entropy_bonus_ki: float = field(
-        default=0.01,
+        default=0.015,
         metadata={"help": "Entropy bonus: integral gain per optimizer step, coefficient per unit of relative error; "
                   ">= 0."},
     )
@@ -462,11 +473,11 @@ class GRPOEntropyConfig(GRPOConfig):
                   "the coefficient before an error builds up); >= 0."},
     )
     entropy_bonus_min: float = field(
-        default=-0.2,
+        default=-0.5,
         metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0."},
     )
     entropy_bonus_max: float = field(
-        default=0.2,
+        default=0.5,
         metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0."},
     )
     entropy_bonus_bound_limit: float = field(
@@ -480,7 +491,7 @@ class GRPOEntropyConfig(GRPOConfig):
                   "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1."},
     )
     entropy_bonus_horizon: float = field(
-        default=4.0,
+        default=6.0,
         metadata={"help": "Entropy bonus: optimizer steps ahead at which the filtered entropy is predicted from its "
                   "trend (brakes before an overshoot); >= 0, 0 = feed back the filtered level."},
     )
@@ -491,6 +502,16 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_trend_smoothing: float = field(
         default=0.2,
         metadata={"help": "Entropy bonus: weight of the newest level change in the filtered trend, in (0, 1]."},
+    )
+    entropy_bonus_adapt_gain: bool = field(
+        default=True,
+        metadata={"help": "Entropy bonus: scale kp, ki and kff by entropy_bonus_authority / g, with g the knob's "
+                  "authority estimated online (held within 5x of the reference)."},
+    )
+    entropy_bonus_authority: float = field(
+        default=1.0,
+        metadata={"help": "Entropy bonus: reference authority (relative entropy change per step per unit of "
+                  "coefficient) at which the gains are given, and the online estimate's start; > 0."},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -884,6 +905,7 @@ class GRPOEntropyConfig(GRPOConfig):
             self._validate_range(name, 0.0, math.inf)
         self._validate_range("entropy_bonus_min", -math.inf, 0.0)
         self._validate_range("entropy_bonus_max", 0.0, math.inf)
+        self._validate_range("entropy_bonus_authority", 0.0, math.inf, low_open=True)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
