@@ -99,3 +99,89 @@ def test_docs_pages_are_all_in_the_site_navigation():
     assert on_disk == in_nav, f"not in nav: {sorted(on_disk - in_nav)}; missing files: {sorted(in_nav - on_disk)}"
     assert "testbeds.md" in in_nav
     assert "SmolLM2-135M-Instruct (real pretrained LLM)" in _read(os.path.join(docs, "testbeds.md"))
+
+
+EXTENSION = "docs/griffe_trl_style.py"  # mkdocs.yml's griffe extension for TRL-style parameter types
+
+
+def _load_extension_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("griffe_trl_style", os.path.join(ROOT, EXTENSION))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _griffe_package(with_extensions: bool):
+    """trl_entropy as mkdocstrings loads it for the API pages (mkdocs.yml's handler options, and its griffe extensions
+    when `with_extensions`), statically: a fraction of a second, no mkdocs build."""
+    griffe = pytest.importorskip("griffe")
+    yaml = pytest.importorskip("yaml")
+    with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    handler = next(p["mkdocstrings"] for p in config["plugins"] if isinstance(p, dict) and "mkdocstrings" in p)
+    options = handler["handlers"]["python"]["options"]
+    assert EXTENSION in options.get("extensions", []), "mkdocs.yml no longer registers the griffe extension"
+    extensions = [os.path.join(ROOT, e) for e in options["extensions"]] if with_extensions else []
+    return griffe.load("trl_entropy", search_paths=[ROOT], extensions=griffe.load_extensions(*extensions),
+                       docstring_parser=options["docstring_style"], docstring_options=options["docstring_options"],
+                       resolve_aliases=False)
+
+
+def _documented_items(obj):
+    """{(object path, name): item} of every Parameters / Attributes item in the parsed docstrings of `obj` and of the
+    objects defined under it."""
+    items = {}
+    if obj.docstring is not None:
+        for section in obj.docstring.parsed:
+            if section.kind.value in ("parameters", "other parameters", "attributes"):
+                items.update(((obj.path, item.name), item) for item in section.value)
+    for member in obj.members.values():
+        if not member.is_alias:
+            items.update(_documented_items(member))
+    return items
+
+
+def _literal(text):
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def test_api_reference_types_are_plain_not_trl_markdown():
+    """The API pages' type column: TRL-style items `name (`float`, *optional*, defaults to `0.1`):` render as `float`
+    (docs/griffe_trl_style.py, registered in mkdocs.yml), and the default that the docstring states is the one the
+    Default column shows (the signature's), so nothing is lost by leaving it out of the type."""
+    plain_type = _load_extension_module().plain_type
+    raw_items = _documented_items(_griffe_package(with_extensions=False))
+    items = _documented_items(_griffe_package(with_extensions=True))
+    assert items.keys() == raw_items.keys()
+
+    trl_style = {key: item for key, item in raw_items.items() if "`" in str(item.annotation)}
+    config = "trl_entropy.trainers.grpo_entropy_config.GRPOEntropyConfig"
+    assert len([key for key in trl_style if key[0] == config]) >= 40, "GRPOEntropyConfig's fields are TRL-style"
+    assert ("trl_entropy.grpo_script.ScriptArguments", "dataset_prompt_column") in trl_style
+
+    dirty = {key: str(i.annotation) for key, i in items.items() if re.search(r"[`*]|optional|defaults", str(i.annotation))}
+    assert not dirty, f"type cells with markdown: {dirty}"
+    lost = []
+    for key, raw_item in trl_style.items():
+        kind, default = plain_type(str(raw_item.annotation))
+        assert str(items[key].annotation) == kind, (key, str(items[key].annotation), kind)
+        shown = items[key].value
+        if default is not None and (shown is None or _literal(str(shown)) != _literal(default)):
+            lost.append((key, default, shown))
+    assert not lost, f"stated defaults that the Default column does not show: {lost}"
+
+    fields = {name: item for (path, name), item in items.items() if path == config}
+    assert (str(fields["entropy_schedule_anneal_ratio"].annotation), str(fields["entropy_schedule_anneal_ratio"].value)) \
+        == ("float", "0.1")
+    assert str(fields["entropy_schedule_start"].annotation) == "float | str"
+    assert str(fields["max_unscorable_batches"].annotation) == "int | None"
+    assert str(fields["entropy_control"].value) == "'none'"
+    assert plain_type("`dict[str, float]`, *optional*") == ("dict[str, float]", None)
+    assert plain_type("*optional*, defaults to `None`") == ("", "None")
