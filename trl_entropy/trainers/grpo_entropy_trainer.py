@@ -30,6 +30,7 @@ Hooks used (trl 1.16):
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -40,6 +41,7 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from .. import vllm_cpu
 from .._paths import check_model_path
 from ..controls import RolloutContext, TokenBatch, build_control
 from ..evaluation import EntropyPlotCallback, write_training_plots
@@ -197,7 +199,19 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             bound = None  # GRPOTrainer raises its own error for the arguments
         if bound is not None:
             check_train_dataset(bound.arguments.get("train_dataset"), args)  # before the model is loaded
-        super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        cpu_colocate = vllm_cpu.wants_cpu_colocate(args)  # colocated vLLM on CPU: trl_entropy/vllm_cpu.py
+        if cpu_colocate and args.vllm_enable_sleep_mode:
+            raise ValueError("vllm_enable_sleep_mode=True is not available with vLLM on CPU (vLLM sleeps on CUDA, ROCm "
+                             "and XPU only): set it to False.")
+        # vLLM's "auto" dtype would run a float32 policy in bfloat16 on CPU: start the engine in the policy's dtype
+        engine = (vllm_cpu.engine_arguments(dtype=lambda: vllm_cpu.policy_dtype_name(getattr(self, "model", None)))
+                  if cpu_colocate else contextlib.nullcontext())
+        with engine:
+            super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        if cpu_colocate:
+            vllm_cpu.patch_colocate_weight_sync(self)  # TRL's sync fails on vLLM's CPU backend
+        if self.use_vllm:
+            self._ec_stop_vllm_at_every_eos()
         self._init_fault_handling(args)  # guarded reward functions, fault counters (trainers/faults.py)
         self.entropy_control = build_control(args)
         self._ec_window: torch.Tensor | None = None  # (Σ entropy·mask, Σ mask) over this step's micro-batches
@@ -243,6 +257,18 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 # the model has generated. Multimodal inputs are only known per batch: trainer_compute_loss checks
                 # again.
                 check_trainer_supported(self)
+
+    def _ec_stop_vllm_at_every_eos(self) -> None:
+        """vLLM ends a completion at the eos ids of the model folder's generation_config.json, TRL's transformers path
+        at every id of the model's generation config in memory (``self.eos_token_ids``; e.g. a newline the testbeds
+        add): hand vLLM the missing ones as ``stop_token_ids``, so both paths end completions at the same tokens.
+        The dict is copied: ``args.generation_kwargs`` stays as the user gave it."""
+        generation = self.vllm_generation
+        given = dict(generation.generation_kwargs or {})
+        stop = list(given.get("stop_token_ids") or [])
+        stop += [i for i in self.eos_token_ids if i is not None and i not in stop]
+        if stop:
+            generation.generation_kwargs = {**given, "stop_token_ids": stop}
 
     # ------------------------------------------------------------------ schedule (F)
     def set_entropy_target(self, target: float | None, phase: str | None = None) -> None:
