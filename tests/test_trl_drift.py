@@ -15,6 +15,9 @@ keeps them valid; these tests say what a new TRL changed before the pin is widen
 * no unlisted override: every method of `GRPOEntropyTrainer` (with the mixins of ours it inherits, e.g.
   `trainers/faults.py`'s `FaultHandlingMixin`) that `GRPOTrainer` (or a base) also has is in `OVERRIDDEN_METHODS`; no attribute of ours shadows one of TRL's; and the package uses no private TRL/transformers
   name that `USED_PRIVATE_NAMES` does not list.
+* one module: no module but `trl_entropy/_trl_private.py` touches a listed private name (the overrides in the two
+  trainer files and their `super()` calls excepted); the others call its accessors (`ACCESSORS`, checked against
+  their source).
 
 The recorded values (between the RECORD markers below) are generated, not written by hand. After fixing what a failure
 names (the mirror, an override, the lists), re-record them with
@@ -496,11 +499,15 @@ def mirror_reads() -> dict[str, set[str]]:
         if isinstance(node, ast.Compare) and any(map(_is_inputs, node.comparators)):
             keys.update(_str_constants(node.left))
     log_fn = ast.parse(_source(policy_loss._log_trl_metrics))
-    for node in ast.walk(log_fn):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "metrics":
-            metrics.update(_str_constants(node.slice))
-    # the private attribute it reads through _trl_private.entropy_bonus_enabled
-    attrs |= {"_entropy_bonus_enabled"} if "entropy_bonus_enabled" in vars(policy_loss) else set()
+    for node in ast.walk(log_fn):  # log("name", value) (its local wrapper) or log_metric(trainer, "name", value, mode)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            if node.func.id == "log":
+                metrics.update(_str_constants(node.args[0]))
+            elif node.func.id == "log_metric" and len(node.args) >= 2:
+                metrics.update(_str_constants(node.args[1]))
+    # the private names it reaches through _trl_private's accessors (log_metric, per_token_logps_and_entropies, ...)
+    for called in _accessor_calls(tree):
+        attrs.update(_trl_private.ACCESSORS[called])
     return {"attributes": attrs, "args_fields": args_fields, "input_keys": keys, "metric_names": metrics}
 
 
@@ -854,22 +861,65 @@ def test_our_instance_attributes_do_not_shadow_trl():
         _fail("GRPOEntropyTrainer's attributes clash with TRL's", problems)
 
 
+def _private_names_touched(tree) -> list[tuple[str, ast.AST]]:
+    """``(name, node)`` for every private name (not dunder, not _ec_) read or written on an object in ``tree``:
+    ``x._name`` (also ``super()._name``), and ``getattr``/``hasattr``/``setattr``/``delattr(x, "_name")``."""
+    out = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
+            if node.func.id in ("getattr", "hasattr", "setattr", "delattr"):
+                names = _str_constants(node.args[1])
+        for n in names:
+            if n.startswith("_") and not n.startswith("_ec_") and not (n.startswith("__") and n.endswith("__")):
+                out.append((n, node))
+    return out
+
+
+def _package_files() -> list[tuple[str, ast.AST]]:
+    """``(package-relative path, ast)`` of every module of the package."""
+    return [
+        (path.relative_to(PACKAGE_DIR.parent).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+    ]
+
+
 def _package_private_uses() -> dict[str, list[str]]:
     """Private names (not dunder, not _ec_) the package reads or writes on any object, with where."""
     uses: dict[str, list[str]] = {}
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        rel = path.relative_to(PACKAGE_DIR.parent).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Attribute):
-                names = [node.attr]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
-                if node.func.id in ("getattr", "hasattr", "setattr", "delattr"):
-                    names = _str_constants(node.args[1])
-            for n in names:
-                if n.startswith("_") and not n.startswith("_ec_") and not (n.startswith("__") and n.endswith("__")):
-                    uses.setdefault(n, []).append(f"{rel}:{node.lineno}")
+    for rel, tree in _package_files():
+        for n, node in _private_names_touched(tree):
+            uses.setdefault(n, []).append(f"{rel}:{node.lineno}")
     return uses
+
+
+def _accessor_calls(tree) -> list[str]:
+    """The accessors of _trl_private (``ACCESSORS``) that ``tree`` calls, by name or as ``_trl_private.<name>``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in _trl_private.ACCESSORS:
+                out.append(name)
+    return out
+
+
+def _is_super_call(node) -> bool:
+    """``super().<name>``."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "super"
+    )
+
+
+def _trainer_files() -> set[str]:
+    """The package-relative files of our trainer classes (GRPOEntropyTrainer and its mixins, e.g. faults.py)."""
+    return {_rel(cls) for cls in our_classes()}
 
 
 def test_package_uses_no_unlisted_private_name():
@@ -885,6 +935,54 @@ def test_package_uses_no_unlisted_private_name():
     ]
     if problems:
         _fail("The package uses unlisted private TRL/transformers names", problems)
+
+
+
+def test_only_trl_private_touches_private_names():
+    """No module but `_trl_private.py` reads, writes or calls a private name its lists name (the private attributes
+    `_metrics`, `_step`, `_buffered_inputs`, `_entropy_bonus_enabled`, `_name_or_path`, and TRL's private helpers):
+    they go through its accessors, so a TRL upgrade is that file's work. Excepted: the overrides of TRL's methods in
+    the trainer files (a `def`, not seen here) and their `super()._name(...)` calls."""
+    listed = {n for n in listed_names() if not (n.startswith("__") and n.endswith("__"))}
+    assert set(_trl_private.PRIVATE_ATTRIBUTES) <= listed
+    trainer_files = _trainer_files()
+    assert TRAINER in trainer_files and len(trainer_files) > 1, trainer_files  # the mixins' files are seen
+    problems = []
+    for rel, tree in _package_files():
+        if rel == LISTS:
+            continue
+        for name, node in _private_names_touched(tree):
+            if name not in listed:
+                continue  # ours, or unlisted (test_package_uses_no_unlisted_private_name)
+            if rel in trainer_files and _is_super_call(node) and name not in _trl_private.PRIVATE_ATTRIBUTES:
+                continue
+            kind = "private attribute" if name in _trl_private.PRIVATE_ATTRIBUTES else "private TRL method"
+            accessors = [f for f, names in _trl_private.ACCESSORS.items() if name in names]
+            hint = f"call {LISTS} {' or '.join(accessors)}" if accessors else f"add an accessor for it to {LISTS}"
+            problems.append(f"{rel}:{node.lineno} touches the {kind} {name} directly: {hint}.")
+    if problems:
+        _fail(f"Private TRL/transformers names used outside {LISTS}", problems)
+
+
+def test_accessors_touch_what_they_declare():
+    """`_trl_private.ACCESSORS` names, for each accessor, exactly the listed private names its source touches, and
+    every function of `_trl_private.py` that touches one is in it (the drift checks count a call of an accessor as a
+    use of its names)."""
+    listed = set(listed_names())
+    tree = ast.parse(Path(_trl_private.__file__).read_text(encoding="utf-8"))
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    problems = []
+    for name, func in functions.items():
+        touched = {n for n, _ in _private_names_touched(func) if n in listed}
+        declared = set(_trl_private.ACCESSORS.get(name, ()))
+        if touched != declared:
+            problems.append(f"{LISTS} {name} touches {sorted(touched)}, ACCESSORS declares {sorted(declared)}.")
+    for name in sorted(set(_trl_private.ACCESSORS) - set(functions)):
+        problems.append(f"{LISTS} ACCESSORS names {name}, which is not a function of that module.")
+    for name in sorted(set(_trl_private.ACCESSORS) - set(_trl_private.__all__)):
+        problems.append(f"{LISTS} ACCESSORS names {name}, which its __all__ does not export.")
+    if problems:
+        _fail("The accessors of _trl_private and their table disagree", problems)
 
 
 if __name__ == "__main__":

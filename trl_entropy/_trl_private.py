@@ -1,7 +1,12 @@
-"""Every read or write of a private TRL name by trl-entropy's trainer, in one place.
+"""Every read or write of a private TRL name by trl-entropy, in one place.
 
-TRL 1.16's `GRPOTrainer` keeps some of its state in private attributes that the entropy controls must set. A TRL
-upgrade that renames them is this file's work; `tests/test_trl_drift.py` checks that each name still exists.
+TRL 1.16's `GRPOTrainer` keeps some of its state in private attributes that the entropy controls must read or set
+(its metrics buffer, its micro-batch counter, its buffered generation batch, its entropy-bonus switch) and has private
+helpers the package calls (its forward, its checkpoint folder, its train sampler). The rest of the package reaches
+them only through the small functions of this module (:data:`ACCESSORS`); only the overrides of TRL's methods in
+`trainers/grpo_entropy_trainer.py` and `trainers/faults.py` (and their `super()` calls) name them elsewhere. A TRL
+upgrade that renames them is this file's work; `tests/test_trl_drift.py` checks that each name still exists, and
+that no other module touches one.
 
 Two inventories, for that upgrade:
 
@@ -21,15 +26,26 @@ TRL/transformers name that is not listed. It also fingerprints `GRPOTrainer._com
 from __future__ import annotations
 
 __all__ = [
+    "ACCESSORS",
     "OVERRIDDEN_METHODS",
     "PRIVATE_ATTRIBUTES",
     "USED_PRIVATE_NAMES",
+    "buffered_inputs",
+    "clear_buffered_inputs",
     "entropy_bonus_enabled",
+    "has_metrics",
+    "log_metric",
+    "micro_step",
+    "model_name_or_path",
+    "output_dir_for_checkpoint",
+    "per_token_logps_and_entropies",
+    "replace_train_sampler",
     "set_entropy_coefficient",
 ]
 
-# Instance attributes of trl.GRPOTrainer that trl-entropy reads or writes (set in GRPOTrainer.__init__).
-PRIVATE_ATTRIBUTES = ("_entropy_bonus_enabled",)
+#: Private instance attributes that trl-entropy reads or writes: of trl.GRPOTrainer (set in GRPOTrainer.__init__), and
+#: transformers' model config's `_name_or_path`. Only this module touches them (tests/test_trl_drift.py).
+PRIVATE_ATTRIBUTES = ("_metrics", "_step", "_buffered_inputs", "_entropy_bonus_enabled", "_name_or_path")
 
 #: Methods of trl.GRPOTrainer (or of a base: TRL's `_BaseTrainer`, transformers' `Trainer`) that GRPOEntropyTrainer
 #: (trl_entropy/trainers/grpo_entropy_trainer.py) or the mixin it inherits before GRPOTrainer (FaultHandlingMixin,
@@ -55,29 +71,79 @@ OVERRIDDEN_METHODS = (
 USED_PRIVATE_NAMES = (
     # -- methods of trl.GRPOTrainer
     "_compute_loss",  # overridden + super() in trainers/grpo_entropy_trainer.py; mirrored by losses/policy_loss.py
-    "_get_per_token_logps_and_entropies",  # losses/policy_loss.py trainer_compute_loss; grpo_entropy_trainer.py
+    "_get_per_token_logps_and_entropies",  # per_token_logps_and_entropies (policy_loss.py); overridden + super()
     "_generate_and_score_completions",  # overridden + super() in grpo_entropy_trainer.py (called by _prepare_inputs)
     "_calculate_rewards",  # overridden + super() in trainers/faults.py (FaultHandlingMixin)
     "_prepare_inputs",  # overridden + super() in grpo_entropy_trainer.py
-    "_get_train_sampler",  # replaced on the trainer instance by scheduling/curriculum.py (attach: its own sampler)
+    "_get_train_sampler",  # replace_train_sampler: replaced on the trainer instance by scheduling/curriculum.py
     # -- methods of transformers.Trainer (GRPOTrainer overrides some of them)
     "_save_checkpoint",  # overridden + super() in grpo_entropy_trainer.py
     "_push_from_checkpoint",  # overridden + super() in grpo_entropy_trainer.py and faults.py (Trainer._save_checkpoint)
     "_finish_current_push",  # overridden + super() in faults.py (end of train(), push_to_hub())
     "_load_optimizer_and_scheduler",  # overridden + super() in grpo_entropy_trainer.py
-    "_get_output_dir",  # called in grpo_entropy_trainer.py _save_checkpoint, for the checkpoint folder
+    "_get_output_dir",  # output_dir_for_checkpoint: grpo_entropy_trainer.py _save_checkpoint's checkpoint folder
     # -- instance attributes set in GRPOTrainer.__init__
-    "_metrics",  # appended to: grpo_entropy_trainer.py, faults.py, policy_loss.py, callbacks.py, curriculum.py
-    "_step",  # TRL's micro-batch counter, read in grpo_entropy_trainer.py (token plan, _hooked_compute_loss)
-    "_buffered_inputs",  # read in grpo_entropy_trainer.py _plan_token_selection; set to None in curriculum.py
-    "_entropy_bonus_enabled",  # set and read here, for controls.py and losses/policy_loss.py (TRL's entropy term)
+    "_metrics",  # log_metric, has_metrics: grpo_entropy_trainer.py, faults.py, policy_loss.py, callbacks.py, ...
+    "_step",  # micro_step: TRL's micro-batch counter (grpo_entropy_trainer.py: token plan, _hooked_compute_loss)
+    "_buffered_inputs",  # buffered_inputs (grpo_entropy_trainer.py), clear_buffered_inputs (curriculum.py)
+    "_entropy_bonus_enabled",  # set_entropy_coefficient, entropy_bonus_enabled: controls.py, losses/policy_loss.py
     # -- class attributes
     "_tag_names",  # TRL _BaseTrainer/GRPOTrainer model-card tags; overridden by GRPOEntropyTrainer._tag_names
     # -- transformers.PretrainedConfig
-    "_name_or_path",  # model.config's: grpo_entropy_trainer.py __init__ (default output_dir name) and model_card.py
+    "_name_or_path",  # model_name_or_path: grpo_entropy_trainer.py __init__ (default output_dir), model_card.py
 )
 
 
+#: Each function below: the private names of TRL/transformers it touches. tests/test_trl_drift.py checks this table
+#: against the functions' source, and counts a call of one as a use of its names (e.g. for the mirror's inventory).
+ACCESSORS = {
+    "log_metric": ("_metrics",),
+    "has_metrics": ("_metrics",),
+    "micro_step": ("_step",),
+    "buffered_inputs": ("_buffered_inputs",),
+    "clear_buffered_inputs": ("_buffered_inputs",),
+    "set_entropy_coefficient": ("_entropy_bonus_enabled",),
+    "entropy_bonus_enabled": ("_entropy_bonus_enabled",),
+    "model_name_or_path": ("_name_or_path",),
+    "output_dir_for_checkpoint": ("_get_output_dir",),
+    "per_token_logps_and_entropies": ("_get_per_token_logps_and_entropies",),
+    "replace_train_sampler": ("_get_train_sampler",),
+}
+
+
+# -- metrics: TRL's `self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}`, averaged and emptied by
+#    its `log()` at every logging step.
+def log_metric(trainer, name: str, value, mode: str = "train") -> None:
+    """Append ``value`` to TRL's metric ``name`` for ``mode`` (``"train"`` or ``"eval"``): TRL's ``log`` averages what
+    was appended since the last log and writes it as ``name`` (``eval_`` + ``name`` in evaluation)."""
+    trainer._metrics[mode][name].append(value)
+
+
+def has_metrics(trainer) -> bool:
+    """Whether ``trainer`` keeps TRL's metrics buffer (a callback may be attached to a trainer that does not)."""
+    return getattr(trainer, "_metrics", None) is not None
+
+
+# -- the generation buffer: TRL generates once per `steps_per_generation * num_iterations` micro-batches, keeps the
+#    split generation batch in `_buffered_inputs` and counts micro-batches in `_step` (incremented after each).
+def micro_step(trainer) -> int:
+    """TRL's index of the current micro-batch (``_step``, counted over the whole run; ``% steps_per_generation`` is its
+    slot in the buffered generation batch)."""
+    return trainer._step
+
+
+def buffered_inputs(trainer):
+    """The buffered generation batch, split into ``steps_per_generation`` micro-batches (None before the first
+    generation, and after a resume until TRL regenerates)."""
+    return trainer._buffered_inputs
+
+
+def clear_buffered_inputs(trainer) -> None:
+    """Drop the buffered generation batch: TRL generates a new one at its next micro-batch."""
+    trainer._buffered_inputs = None
+
+
+# -- TRL's entropy term: `_compute_loss` subtracts `entropy_coef * H` only when `_entropy_bonus_enabled`.
 def set_entropy_coefficient(trainer, value: float) -> None:
     """Make TRL's loss apply ``- value * H`` from the next micro-batch on, whatever the sign of ``value``.
 
@@ -92,3 +158,28 @@ def set_entropy_coefficient(trainer, value: float) -> None:
 
 def entropy_bonus_enabled(trainer) -> bool:
     return bool(getattr(trainer, "_entropy_bonus_enabled", False))
+
+
+# -- helpers of TRL and transformers
+def per_token_logps_and_entropies(trainer, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+    """TRL's forward, ``(per_token_logps, entropies or None, aux_loss or None)``: ``trainer``'s
+    ``_get_per_token_logps_and_entropies`` (``GRPOEntropyTrainer``'s override, which captures entropies, included);
+    ``kwargs`` are its keyword parameters (``batch_size``, ``compute_entropy``, the multimodal inputs, ...)."""
+    return trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
+
+
+def output_dir_for_checkpoint(trainer, trial) -> str:
+    """The folder transformers' ``Trainer._save_checkpoint`` puts ``checkpoint-<step>`` into (``output_dir``, or a
+    per-trial folder in a hyperparameter search)."""
+    return trainer._get_output_dir(trial=trial)
+
+
+def replace_train_sampler(trainer, sampler_fn) -> None:
+    """Make ``trainer``'s train dataloader use ``sampler_fn(dataset=None) -> Sampler``: TRL's (and transformers')
+    ``get_train_dataloader`` builds its sampler with ``self._get_train_sampler``, replaced here on the instance only."""
+    trainer._get_train_sampler = sampler_fn
+
+
+def model_name_or_path(config) -> str | None:
+    """The name or folder a model was loaded from: its (transformers) config's ``_name_or_path``; None without one."""
+    return getattr(config, "_name_or_path", None)

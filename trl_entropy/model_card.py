@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 
+from ._trl_private import model_name_or_path
+
 __all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "method_info",
            "METHOD_INFO", "BIBTEX"]
 
@@ -239,7 +241,7 @@ def resolve_base_model(trainer, base_model: str | None = None) -> tuple[str | No
     model = trainer.model
     adapter = _adapter_config(model)
     name = (base_model or getattr(adapter, "base_model_name_or_path", None)
-            or getattr(getattr(model, "config", None), "_name_or_path", None) or None)
+            or model_name_or_path(getattr(model, "config", None)) or None)
     name = str(name) if name else None
     local = name if name and (os.path.exists(name) or not is_hub_model_id(name)) else None
     cached = _CACHE_SNAPSHOT.search(local) if local else None

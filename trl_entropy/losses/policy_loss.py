@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._trl_private import entropy_bonus_enabled
+from .._trl_private import entropy_bonus_enabled, log_metric, per_token_logps_and_entropies
 
 __all__ = [
     "SUPPORTED_LOSS_TYPES",
@@ -684,30 +684,33 @@ def _per_sequence_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 
 def _log_trl_metrics(trainer, out: dict, entropies: Tensor, config: GRPOLossConfig) -> None:
-    """Append the metrics TRL's ``_compute_loss`` logs, under TRL's names, to ``trainer._metrics[mode]``."""
+    """Append the metrics TRL's ``_compute_loss`` logs, under TRL's names, to TRL's metrics of ``mode``."""
     from trl.trainer.utils import nanmax, nanmin
 
     mode = "train" if config.training else "eval"
-    metrics = trainer._metrics[mode]
+
+    def log(name: str, value) -> None:
+        log_metric(trainer, name, value, mode)
+
     acc = trainer.accelerator
     mask, advantages, coef_1 = out["mask"], out["advantages"], out["coef_1"]
 
     if _bonus_applies(config):  # as TRL: whenever its bonus is enabled, also at a coefficient of 0
-        metrics["policy_loss"].append(acc.gather(out["policy_loss"]).nanmean().item())
+        log("policy_loss", acc.gather(out["policy_loss"]).nanmean().item())
         if mode == "train" and acc.sync_gradients:
-            metrics["entropy_coef"].append(trainer.entropy_coef)
+            log("entropy_coef", trainer.entropy_coef)
     if out["per_token_kl"] is not None:
-        metrics["kl"].append(_global_masked_mean(acc, out["per_token_kl"], mask))
-    metrics["entropy"].append(_global_masked_mean(acc, entropies, mask))
+        log("kl", _global_masked_mean(acc, out["per_token_kl"], mask))
+    log("entropy", _global_masked_mean(acc, entropies, mask))
 
     low = ((coef_1 < 1 - config.epsilon_low) & (advantages < 0)).float()
     high = ((coef_1 > 1 + config.epsilon_high) & (advantages > 0)).float()
     region = ((low + high) > 0).float()
-    metrics["clip_ratio/low_mean"].append(_global_masked_mean(acc, low, mask))
-    metrics["clip_ratio/high_mean"].append(_global_masked_mean(acc, high, mask))
-    metrics["clip_ratio/region_mean"].append(_global_masked_mean(acc, region, mask))
-    metrics["clip_ratio/low_min"].append(nanmin(acc.gather(_per_sequence_mean(low, mask))).item())
-    metrics["clip_ratio/high_max"].append(nanmax(acc.gather(_per_sequence_mean(high, mask))).item())
+    log("clip_ratio/low_mean", _global_masked_mean(acc, low, mask))
+    log("clip_ratio/high_mean", _global_masked_mean(acc, high, mask))
+    log("clip_ratio/region_mean", _global_masked_mean(acc, region, mask))
+    log("clip_ratio/low_min", nanmin(acc.gather(_per_sequence_mean(low, mask))).item())
+    log("clip_ratio/high_max", nanmax(acc.gather(_per_sequence_mean(high, mask))).item())
 
 
 def trainer_compute_loss(trainer, model, inputs, hooks_fn: HooksFn | None = None, *, return_details: bool = False):
@@ -720,7 +723,7 @@ def trainer_compute_loss(trainer, model, inputs, hooks_fn: HooksFn | None = None
     3. computes the loss with :func:`compute_grpo_loss` from the trainer's settings
        (:meth:`GRPOLossConfig.from_trainer`);
     4. logs TRL's metrics (``entropy``, ``kl``, ``clip_ratio/*``, and with an entropy bonus ``policy_loss`` and
-       ``entropy_coef``) into ``trainer._metrics[mode]`` as TRL does.
+       ``entropy_coef``) into TRL's metrics (``_trl_private.log_metric``) as TRL does.
 
     Without hooks, the loss, its gradient and the logged metrics equal TRL's (same inputs, same model).
 
@@ -737,8 +740,8 @@ def trainer_compute_loss(trainer, model, inputs, hooks_fn: HooksFn | None = None
     completion_ids = inputs["completion_ids"]
     input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
     attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    per_token_logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-        model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+    per_token_logps, entropies, _ = per_token_logps_and_entropies(
+        trainer, model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
     )
     config = GRPOLossConfig.from_trainer(trainer)
     mask = loss_mask(inputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
+from .._trl_private import has_metrics, log_metric
 from .schedules import make_schedule
 
 __all__ = ["EntropyScheduleCallback"]
@@ -49,6 +50,5 @@ class EntropyScheduleCallback(TrainerCallback):
             self.trainer.set_entropy_target(self.target, self.phase)
             return
         args.entropy_target = self.target
-        metrics = getattr(self.trainer, "_metrics", None)
-        if metrics is not None:  # a plain TRL trainer: log the target next to TRL's own "entropy"
-            metrics["train"]["entropy_control/target"].append(self.target)
+        if has_metrics(self.trainer):  # a plain TRL trainer: log the target next to TRL's own "entropy"
+            log_metric(self.trainer, "entropy_control/target", self.target)

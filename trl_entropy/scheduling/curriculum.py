@@ -41,6 +41,8 @@ from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
+from .._trl_private import clear_buffered_inputs, has_metrics, log_metric, replace_train_sampler
+
 __all__ = ["AnnealingCurriculumCallback", "CurriculumDataset", "CurriculumSampler", "first_anneal_step"]
 
 PHASE_METRIC = "entropy_control/curriculum_phase"
@@ -295,7 +297,7 @@ class AnnealingCurriculumCallback(TrainerCallback):
         if getattr(trainer, "vllm_generation", None) is not None:
             self._budget0["vllm"] = trainer.vllm_generation.max_completion_length
         trainer.train_dataset = CurriculumDataset(first, second)
-        trainer._get_train_sampler = self._train_sampler  # TRL's hook; its get_train_dataloader stays as is
+        replace_train_sampler(trainer, self._train_sampler)  # TRL's hook; its get_train_dataloader stays as is
         if self not in trainer.callback_handler.callbacks:
             trainer.add_callback(self)
         return self
@@ -381,7 +383,7 @@ class AnnealingCurriculumCallback(TrainerCallback):
         if self.phase is not None:
             # A switch inside a run: the round boundary already makes TRL regenerate; dropping the buffer makes
             # sure no rollout of the old phase is trained on after the switch.
-            trainer._buffered_inputs = None
+            clear_buffered_inputs(trainer)
         self.phase = phase
         trainer.curriculum_phase = phase
 
@@ -396,6 +398,5 @@ class AnnealingCurriculumCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._apply(self.phase_at(state.global_step))
-        metrics = getattr(self.trainer, "_metrics", None)
-        if metrics is not None:
-            metrics["train"][PHASE_METRIC].append(float(self.phase))
+        if has_metrics(self.trainer):
+            log_metric(self.trainer, PHASE_METRIC, float(self.phase))

@@ -29,6 +29,8 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
+from .._trl_private import log_metric
+
 __all__ = ["FaultHandlingMixin", "check_reward_output", "check_train_dataset"]
 
 METRIC_PREFIX = "entropy_control/"
@@ -341,7 +343,7 @@ class FaultHandlingMixin:
             return
         self._ec_unscorable_streak += 1
         self._ec_unscorable_batches += 1
-        self._metrics["train"][METRIC_PREFIX + "unscorable_batches"].append(float(self._ec_unscorable_batches))
+        log_metric(self, METRIC_PREFIX + "unscorable_batches", float(self._ec_unscorable_batches))
         limit = self.args.max_unscorable_batches
         streak = self._ec_unscorable_streak
         if limit is not None and streak >= limit:
@@ -376,7 +378,7 @@ class FaultHandlingMixin:
         count, rewards = (int(v) for v in self.accelerator.reduce(local, "sum").tolist())
         if rewards:
             self._ec_nonfinite_rewards += rewards
-            self._metrics["train"][METRIC_PREFIX + "nonfinite_rewards"].append(float(self._ec_nonfinite_rewards))
+            log_metric(self, METRIC_PREFIX + "nonfinite_rewards", float(self._ec_nonfinite_rewards))
         if count == 0:
             return output
         self._ec_nonfinite_advantages += count
@@ -387,7 +389,7 @@ class FaultHandlingMixin:
             RuntimeWarning,
             stacklevel=2,
         )
-        self._metrics["train"][METRIC_PREFIX + "nonfinite_advantages"].append(float(self._ec_nonfinite_advantages))
+        log_metric(self, METRIC_PREFIX + "nonfinite_advantages", float(self._ec_nonfinite_advantages))
         output["advantages"] = torch.where(torch.isfinite(advantages), advantages, torch.zeros_like(advantages))
         return output
 

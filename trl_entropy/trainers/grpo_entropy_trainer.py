@@ -43,6 +43,13 @@ from trl import GRPOTrainer
 
 from .. import vllm_cpu
 from .._paths import check_model_path
+from .._trl_private import (
+    buffered_inputs,
+    log_metric,
+    micro_step,
+    model_name_or_path,
+    output_dir_for_checkpoint,
+)
 from ..controls import RolloutContext, TokenBatch, build_control
 from ..evaluation import EntropyPlotCallback, write_training_plots
 from ..losses.covariance import wide_float_dtype
@@ -186,7 +193,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             # "no such folder: ..." for a mistyped local folder, not transformers' "Repo id must be in the form"
             model = check_model_path(model, "model")
         if args is None:
-            model_name = model if isinstance(model, str) else model.config._name_or_path
+            model_name = model if isinstance(model, str) else model_name_or_path(model.config)
             args = GRPOEntropyConfig(f"{model_name.split('/')[-1]}-GRPO-entropy")
         elif not isinstance(args, GRPOEntropyConfig):
             raise TypeError(
@@ -240,7 +247,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 self.entropy_schedule = self._build_schedule(None)
             self._ec_schedule_callback = EntropyScheduleCallback(self.entropy_schedule, trainer=self)
             self.add_callback(self._ec_schedule_callback)
-        self._ec_plan: dict[int, torch.Tensor] = {}  # micro-batch index (self._step) -> planned selection
+        self._ec_plan: dict[int, torch.Tensor] = {}  # micro-batch index (TRL's micro_step) -> planned selection
         self._ec_micro_in_step = 0  # micro-batches of the current optimizer step already computed
         self._ec_warned_split_window = False
         self.entropy_plot_callback = None
@@ -331,7 +338,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             )
             return
         self._set_initial_entropy(entropy)
-        self._metrics["train"][METRIC_PREFIX + "initial_entropy"].append(entropy)
+        log_metric(self, METRIC_PREFIX + "initial_entropy", entropy)
 
     def _set_initial_entropy(self, entropy: float) -> None:
         self._check_targets_below_max_entropy(entropy)
@@ -484,14 +491,13 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
 
     def _log_rollout_decision(self, decision) -> None:
-        metrics = self._metrics["train"]
         for key, value in decision.scalars.items():
-            metrics[METRIC_PREFIX + key].append(value)
+            log_metric(self, METRIC_PREFIX + key, value)
         if not decision.counts:
             return
         totals = self._reduce_step_counts(decision.counts)
         for key, value in self.entropy_control.rollout_metrics(totals).items():
-            metrics[METRIC_PREFIX + key].append(value)
+            log_metric(self, METRIC_PREFIX + key, value)
         if totals.get("total", 0) > 0 and totals.get("kept", 1) == 0:
             self._ec_all_rejected += 1
             warnings.warn(
@@ -500,14 +506,14 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 RuntimeWarning,
                 stacklevel=2,
             )
-        metrics[METRIC_PREFIX + "all_rejected"].append(float(self._ec_all_rejected))
+        log_metric(self, METRIC_PREFIX + "all_rejected", float(self._ec_all_rejected))
 
     # ------------------------------------------------------------------ advantage weights (B, per step)
     def _prepare_inputs(self, generation_batch):
         inputs = super()._prepare_inputs(generation_batch)
         if self.entropy_control is None or not self.model.training:
             return inputs
-        if self.entropy_control.needs_step_plan and self._step not in self._ec_plan:
+        if self.entropy_control.needs_step_plan and micro_step(self) not in self._ec_plan:
             self._plan_token_selection()
         return self._transform_micro_batch(inputs)
 
@@ -539,7 +545,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         ga = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
         spg = self.args.steps_per_generation
         generate_every = spg * self.num_iterations
-        start = self._step
+        start = micro_step(self)
         end = min(start + max(1, ga - self._ec_micro_in_step), (start // generate_every + 1) * generate_every)
         if end - start < ga and not self._ec_warned_split_window:
             self._ec_warned_split_window = True
@@ -556,7 +562,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             return
         batches = []
         for j in indices:
-            mb = self._buffered_inputs[j % spg]
+            mb = buffered_inputs(self)[j % spg]
             completion_ids = mb["completion_ids"]
             input_ids = torch.cat([mb["prompt_ids"], completion_ids], dim=1)
             attention_mask = torch.cat([mb["prompt_mask"], mb["completion_mask"]], dim=1)
@@ -574,9 +580,9 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
 
     def _hooked_compute_loss(self, model, inputs):
         control = self.entropy_control
-        planned = self._ec_plan.get(self._step) if control.needs_step_plan else None
+        planned = self._ec_plan.get(micro_step(self)) if control.needs_step_plan else None
         if control.needs_step_plan and planned is None:
-            raise RuntimeError(f"no planned token selection for micro-batch {self._step} (cov_scope='global').")
+            raise RuntimeError(f"no planned token selection for micro-batch {micro_step(self)} (cov_scope='global').")
 
         def hooks_fn(logps, old, advantages, mask, entropies):
             batch = self._token_batch(logps, old, advantages, mask)  # detached values of this loss forward
@@ -694,12 +700,11 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self._ec_micro_in_step = 0
         self._ec_plan = {}
         measured, count = self._reduce_window()
-        metrics = self._metrics["train"]
         control = self.entropy_control
         if control is not None and control.uses_token_hooks:
             totals = self._reduce_step_counts(control.step_counts())
             for key, value in control.step_metrics(totals).items():
-                metrics[METRIC_PREFIX + key].append(value)
+                log_metric(self, METRIC_PREFIX + key, value)
         if not math.isfinite(measured):
             why = "no completion tokens" if count == 0 else "a non-finite entropy"
             warnings.warn(
@@ -708,24 +713,24 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 RuntimeWarning,
                 stacklevel=2,
             )
-            metrics[METRIC_PREFIX + "skipped_steps"].append(1.0)
+            log_metric(self, METRIC_PREFIX + "skipped_steps", 1.0)
             return
         self.last_measured_entropy = measured
-        metrics[METRIC_PREFIX + "measured"].append(measured)
+        log_metric(self, METRIC_PREFIX + "measured", measured)
         control = self.entropy_control
         if control is None:
             return
         target = self.entropy_target
         if control.knob_name is not None:
-            metrics[METRIC_PREFIX + control.knob_name].append(control.knob)  # the value used during this step
+            log_metric(self, METRIC_PREFIX + control.knob_name, control.knob)  # the value used during this step
         if target is not None:
-            metrics[METRIC_PREFIX + "target"].append(target)
+            log_metric(self, METRIC_PREFIX + "target", target)
             if control.follows_target:  # a control that ignores the target has no tracking error, only a reference
-                metrics[METRIC_PREFIX + "tracking_error"].append(measured - target)
-                metrics[METRIC_PREFIX + "relative_tracking_error"].append(abs(measured - target) / max(target, 1e-8))
+                log_metric(self, METRIC_PREFIX + "tracking_error", measured - target)
+                log_metric(self, METRIC_PREFIX + "relative_tracking_error", abs(measured - target) / max(target, 1e-8))
         control.observe(measured, target)
         for key, value in control.metrics().items():
-            metrics[METRIC_PREFIX + key].append(value)
+            log_metric(self, METRIC_PREFIX + key, value)
         if target is not None and control.follows_target:
             self._check_saturation(control, measured, target)
         control.apply(self)
@@ -734,7 +739,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         """Log `entropy_control/saturated` and warn the first time the control's knob stays at a limit while the
         error keeps its sign for `saturation_window` steps (the target is out of the knob's reach)."""
         saturated = self._ec_saturation.update(control.limit_push)
-        self._metrics["train"][METRIC_PREFIX + "saturated"].append(float(saturated))
+        log_metric(self, METRIC_PREFIX + "saturated", float(saturated))
         if saturated and not self._ec_warned_saturation:
             self._ec_warned_saturation = True
             side = "below" if control.limit_push > 0 else "above"
@@ -788,7 +793,9 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             self._write_card_and_pictures(self.args.output_dir)
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                output_dir_for_checkpoint(self, trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             self._write_control_state(folder)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
