@@ -39,6 +39,17 @@ def tiny_model(seed=0):
     return Qwen2ForCausalLM(config)
 
 
+def tiny_model_or_path(config: dict, folder, seed=0):
+    """The tiny model for a run with ``config`` (an entry of CONTROL_CONFIGS): the model itself, or, with a KL
+    reference (``beta > 0``) and no PEFT, the folder it is saved to. TRL builds its reference model from the policy's
+    path (``config._name_or_path``), which a model built in code does not have."""
+    model = tiny_model(seed)
+    if not config.get("beta"):
+        return model
+    model.save_pretrained(folder)
+    return str(folder)
+
+
 def count_ones_reward(completions, **kwargs):
     """A cheap verifiable-style reward: number of '1' characters (gives non-zero-std groups)."""
     return [float(c.count("1")) for c in completions]
@@ -53,8 +64,12 @@ def tiny_dataset(n=64):
 CONTROL_CONFIGS = {
     "adaptive_clip": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.6, adaptive_clip_window=1),
     "entrocraft": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0),
-    "entrocraft_lagged": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
-                              entrocraft_entropy_source="extra_pass"),
+    "entrocraft_extra_pass": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
+                                  entrocraft_entropy_source="extra_pass"),
+    # with a KL reference (beta > 0, which TRL builds from the model's folder: see tiny_model_or_path); "lagged" reads
+    # the previous step's measured entropy, which a checkpoint keeps
+    "entrocraft_lagged_kl": dict(entropy_control="entrocraft", entropy_schedule_start=2.6, entrocraft_gamma=1.0,
+                                 entrocraft_entropy_source="lagged", beta=0.04),
     "positive_reweight": dict(entropy_control="positive_reweight", entropy_schedule_start=2.6),
     "w_reinforce": dict(entropy_control="w_reinforce"),
     "kl_cov": dict(entropy_control="kl_cov", kl_cov_ratio=0.1),

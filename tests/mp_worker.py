@@ -12,7 +12,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(__file__))
 
-from conftest import CONTROL_CONFIGS, count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from conftest import (  # noqa: E402
+    CONTROL_CONFIGS,
+    count_ones_reward,
+    tiny_args,
+    tiny_dataset,
+    tiny_model_or_path,
+    tiny_tokenizer,
+)
+import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from trl_entropy import GRPOEntropyTrainer  # noqa: E402
@@ -39,7 +47,12 @@ class Recorder(TrainerCallback):
 def main(name, out_dir):
     args = tiny_args(out_dir, max_steps=4, per_device_train_batch_size=8, steps_per_generation=2,
                      learning_rate=1e-2, **CONTROLS[name])
-    trainer = GRPOEntropyTrainer(model=tiny_model(), reward_funcs=count_ones_reward, args=args,
+    # with a KL reference (beta > 0) the model is passed by folder: transformers writes it on rank 0 only (the process
+    # group is up once the config exists), the other rank waits for it
+    model = tiny_model_or_path(CONTROLS[name], os.path.join(out_dir, "tiny-model"))
+    if isinstance(model, str) and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=count_ones_reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     rec = Recorder()
     rec.trainer = trainer

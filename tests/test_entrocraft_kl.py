@@ -111,3 +111,61 @@ def test_reference_forward_is_never_the_policy(tmp_path, model_dir, peft):
     with model.disable_adapter():
         assert not trainer._is_policy_forward(trainer.model)
     assert trainer._is_policy_forward(trainer.model)
+
+
+def plain_entropies(model, inputs, temperature):
+    """Per-token entropies of the completion tokens from the model's ordinary forward (logits, no fused head): the
+    same quantity as TRL's fused loss forward, computed independently of it and of the trainer's captures."""
+    completion_ids = inputs["completion_ids"]
+    input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+    logits = logits[:, -completion_ids.size(1) - 1:-1] / temperature  # the positions that predict the completion
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+@pytest.mark.parametrize("peft", [None, "config"], ids=["full", "lora"])
+def test_lagged_is_the_policy_entropy_not_the_reference(tmp_path, model_dir, peft):
+    """'lagged' with a KL reference: at every generation after the first, the rollout entropy is the policy's entropy
+    on the previous optimizer step's micro-batch, at the parameters of that step, and not the reference model's.
+
+    Exact because of what 'lagged' is: the entropy measured in the previous step's loss forward (TRL's
+    `_compute_loss` runs the policy only; the reference log-probs were computed at generation). So an independent
+    no-grad forward of the policy on the same micro-batch, just before that loss forward (same parameters, same
+    tokens, same loss mask), gives the same token-mean. The same forward through the reference (TRL's separate
+    `ref_model`; with LoRA, the model with its adapters disabled) gives another value once the policy has moved, which
+    the test checks too, so a capture that read the reference would fail it. One micro-batch per optimizer step
+    (gradient_accumulation_steps=1) and one process: the step's measured entropy is that micro-batch's token-mean."""
+    trainer = run(tmp_path, "a", model_dir, peft=peft, train=False, entrocraft_entropy_source="lagged",
+                  learning_rate=1e-1)  # a LoRA policy moves slowly: a larger step parts it from the reference
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    seen = {}  # optimizer step -> (policy entropy, reference entropy) of its micro-batch
+    compute_loss = trainer._compute_loss
+
+    def recording_compute_loss(model, inputs):
+        mask = inputs["ec_entropy_mask"].float()  # what the trainer measures: every rollout's completion tokens
+        with torch.no_grad():
+            policy = plain_entropies(trainer.model, inputs, trainer.temperature)
+            if peft is None:
+                reference = plain_entropies(trainer.ref_model, inputs, trainer.temperature)
+            else:
+                with unwrapped.disable_adapter():
+                    reference = plain_entropies(trainer.model, inputs, trainer.temperature)
+        step = trainer.state.global_step
+        assert step not in seen  # one micro-batch per optimizer step
+        seen[step] = tuple(float((h * mask).sum() / mask.sum()) for h in (policy, reference))
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording_compute_loss
+    trainer.train()
+    assert sorted(seen) == list(range(6))
+    assert history(trainer, "entropy_control/acceptance_rate") == [1.0, 1.0, 1.0]  # gamma = 0: every rollout kept
+    measured = history(trainer, "entropy_control/measured")
+    assert measured == pytest.approx([seen[k][0] for k in range(6)], rel=1e-5)  # the loss forward is the policy's
+    lagged = history(trainer, KEY)
+    assert len(lagged) == 3  # generations at optimizer steps 0, 2, 4
+    for g in (1, 2):
+        policy, reference = seen[2 * g - 1]  # the last step before the generation
+        assert lagged[g] == pytest.approx(policy, rel=1e-6)
+        assert abs(lagged[g] - reference) > 1e-3, (g, lagged[g], reference)  # the policy has moved from the reference

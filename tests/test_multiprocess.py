@@ -83,6 +83,12 @@ def test_two_processes_agree_at_every_step(tmp_path, control):
             selected, fraction = m["entropy_control/selected_tokens"], m["entropy_control/selected_fraction"]
             valid = round(selected / fraction)
             assert selected == max(1, int(0.1 * valid)) and selected >= 2
+    if control == "entrocraft_lagged_kl":  # beta > 0: the second generation reads the entropy measured (all-reduced)
+        # at the step before it, the policy's, on both ranks; the first one ran an extra pass, also reduced
+        generations = [m["entropy_control/rollout_entropy"] for m in r0["metrics"]
+                       if "entropy_control/rollout_entropy" in m]
+        assert len(generations) == 2  # 4 steps, steps_per_generation=2
+        assert generations[1] == pytest.approx(r0["rows"][1]["measured"], rel=1e-12)
 
 
 @pytest.mark.skipif(torchrun is None, reason="torchrun not on PATH")

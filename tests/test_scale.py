@@ -2,10 +2,19 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONTROL_CONFIGS, count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
+from conftest import (
+    CONTROL_CONFIGS,
+    count_ones_reward,
+    tiny_args,
+    tiny_dataset,
+    tiny_model,
+    tiny_model_or_path,
+    tiny_tokenizer,
+)
 
 from trl_entropy import GRPOEntropyTrainer
 from trl_entropy.trainers.grpo_entropy_trainer import CONTROL_STATE_FILE
@@ -14,8 +23,17 @@ OFF_POLICY = dict(per_device_train_batch_size=8, steps_per_generation=2, learnin
 
 
 def make(args, model_seed=0, reward=count_ones_reward, **kwargs):
-    return GRPOEntropyTrainer(model=tiny_model(model_seed), reward_funcs=reward, args=args,
-                              train_dataset=tiny_dataset(), processing_class=tiny_tokenizer(), **kwargs)
+    if not args.beta or kwargs.get("peft_config") is not None:
+        return GRPOEntropyTrainer(model=tiny_model(model_seed), reward_funcs=reward, args=args,
+                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer(), **kwargs)
+    # A KL reference without PEFT: TRL loads it from the model's folder, that of the seed-0 model in every run (a
+    # resumed run is given the model it started from); the policy then starts from `model_seed`.
+    folder = tiny_model_or_path({"beta": args.beta}, Path(args.output_dir).parent / "tiny-model-0")
+    trainer = GRPOEntropyTrainer(model=folder, reward_funcs=reward, args=args, train_dataset=tiny_dataset(),
+                                 processing_class=tiny_tokenizer(), **kwargs)
+    if model_seed != 0:
+        trainer.model.load_state_dict(tiny_model(model_seed).state_dict())
+    return trainer
 
 
 def control_metrics(trainer):
