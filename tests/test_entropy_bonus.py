@@ -158,7 +158,7 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
     (dict(entropy_control="entropy_bonus", use_adaptive_entropy=True), "use_adaptive_entropy"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_max=-0.1), "entropy_bonus_max must be a number in"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_kp=-1.0), "entropy_bonus_kp"),
-    (dict(entropy_control="entropy_bonus", entropy_coef=0.5), "entropy_coef .* must lie in"),
+    (dict(entropy_control="entropy_bonus", entropy_coef=0.7), "entropy_coef .* must lie in"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="initialx"), "entropy_schedule_start must be"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="-0.5*initial"), "entropy_schedule_start"),
     (dict(entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="0.5*initial",
