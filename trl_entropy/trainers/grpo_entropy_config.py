@@ -756,8 +756,8 @@ class GRPOEntropyConfig(GRPOConfig):
                 self.entropy_schedule = "constant"
             if self.entropy_schedule_start is None and not callable(self.entropy_schedule):
                 raise ValueError(
-                    f"entropy_schedule_start must be set (a target entropy in nats, >= 0) for "
-                    f"entropy_control={control!r}."
+                    f"entropy_schedule_start must be set for entropy_control={control!r}: a target entropy in nats "
+                    f"(>= 0), 'initial' (the starting model's own entropy) or a fraction of it such as '0.9*initial'."
                 )
         elif schedule_fields_set and control != "none":
             if self.entropy_schedule is None and self.entropy_schedule_start is not None:
@@ -905,7 +905,9 @@ class GRPOEntropyConfig(GRPOConfig):
             self._validate_range(name, 0.0, math.inf)
         self._validate_range("entropy_bonus_min", -math.inf, 0.0)
         self._validate_range("entropy_bonus_max", 0.0, math.inf)
-        self._validate_range("entropy_bonus_authority", 0.0, math.inf, low_open=True)
+        authority = self.entropy_bonus_authority
+        if not (_is_number(authority) and authority > 0):
+            raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
