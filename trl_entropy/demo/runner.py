@@ -234,7 +234,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         else:
             write_model_card(trainer, model_name=card_name, base_model=tb.base_model)
     extra_keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "clip_ratio/region_mean", "completions/mean_length",
-                  "frac_reward_zero_std", "entropy_control/assist_active")
+                  "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale")
     return {
         "method": name,
         "description": description,
