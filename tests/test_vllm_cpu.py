@@ -249,30 +249,52 @@ def test_sync_is_exact_against_transformers_after_a_weight_change(engine, tmp_pa
     assert _prompt_logprobs_gap(generation.llm, trainer.model, token_ids) < 2e-4  # measured: 4e-5
 
 
-# One run per control: two optimizer steps from one generation batch (the second is off-policy, where the clip
-# controls act); "none" generates at each step, so its second batch comes after an update and a sync.
-CONTROLS = {
+# One run per registered control (a new control runs with its defaults): two optimizer steps from one generation
+# batch (the second is off-policy, where the clip controls act); "none" generates at each step, so its second batch
+# comes after an update and a sync. The target-following controls hold a constant 0.6 nats unless set below.
+CONTROL_SETTINGS = {
     "none": dict(steps_per_generation=1, max_completion_length=16),
-    "adaptive_clip": dict(entropy_control="adaptive_clip", entropy_schedule="constant", entropy_schedule_start=0.6,
-                          adaptive_clip_window=1),
-    "entrocraft": dict(entropy_control="entrocraft", entropy_schedule="constant", entropy_schedule_start=0.6,
-                       entrocraft_gamma=1.0, beta=0.01),
-    "clip_cov": dict(entropy_control="clip_cov", clip_cov_ratio=0.1, clip_cov_lb=-10.0, clip_cov_ub=10.0),
-    "entropy_bonus": dict(entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="initial",
-                          entropy_schedule_end="0.5*initial"),
+    "adaptive_clip": dict(adaptive_clip_window=1),
+    "entrocraft": dict(entrocraft_gamma=1.0, beta=0.01),
+    "clip_cov": dict(clip_cov_ratio=0.1, clip_cov_lb=-10.0, clip_cov_ub=10.0),
+    "kl_cov": dict(kl_cov_ratio=0.1),
+    "entropy_bonus": dict(entropy_schedule="wsd", entropy_schedule_start="initial", entropy_schedule_end="0.5*initial"),
+    "trl_adaptive": dict(entropy_coef_delta=0.01),
 }
-KNOBS = {"adaptive_clip": "epsilon_high", "entrocraft": "sign", "entropy_bonus": "entropy_coef"}
+
+
+def _control_kwargs(name: str) -> dict:
+    from trl_entropy.trainers.grpo_entropy_config import TARGET_FOLLOWING_CONTROLS
+
+    kwargs = {} if name == "none" else {"entropy_control": name}
+    if name in TARGET_FOLLOWING_CONTROLS:
+        kwargs.update(entropy_schedule="constant", entropy_schedule_start=0.6)
+    kwargs.update(CONTROL_SETTINGS.get(name, {}))
+    return kwargs
+
+
+def _controls() -> list[str]:
+    from trl_entropy.trainers.grpo_entropy_config import ENTROPY_CONTROLS
+
+    return list(ENTROPY_CONTROLS)
+
+
+def test_the_issue_s_controls_are_among_those_run():
+    assert {"none", "adaptive_clip", "entrocraft", "clip_cov", "entropy_bonus"} <= set(_controls())
+    assert _control_kwargs("entrocraft")["beta"] > 0
 
 
 @needs_vllm
-@pytest.mark.parametrize("control", list(CONTROLS))
+@pytest.mark.parametrize("control", _controls())
 def test_every_control_trains_two_steps_under_colocated_vllm(engine, tmp_path, control):
     from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.controls import CONTROL_REGISTRY
     from trl_entropy.testbeds import get_testbed
+    from trl_entropy.trainers.grpo_entropy_config import TARGET_FOLLOWING_CONTROLS
 
     tb = get_testbed("smollm2")
     model, tokenizer = _smollm2()
-    args = GRPOEntropyConfig(**_vllm_kwargs(tmp_path, **CONTROLS[control]))
+    args = GRPOEntropyConfig(**_vllm_kwargs(tmp_path, **_control_kwargs(control)))
     trainer = GRPOEntropyTrainer(model=model, reward_funcs=tb.reward, args=args, train_dataset=tb.datasets(0)[0],
                                  processing_class=tokenizer)
     logs = _train(trainer)
@@ -284,15 +306,18 @@ def test_every_control_trains_two_steps_under_colocated_vllm(engine, tmp_path, c
         # vLLM stopped at the newline the testbed's generation config adds (the folder's config only has <|im_end|>)
         assert all(h["completions/mean_length"] < 8 for h in logs), logs
         assert not any(k.startswith("entropy_control/") and k != "entropy_control/measured" for k in logs[0])
-    if control in KNOBS:  # the controls that follow a target: the target and the knob, every step
+        return
+    if control in TARGET_FOLLOWING_CONTROLS:
         assert all(math.isfinite(h["entropy_control/target"]) for h in logs), logs
-        assert all(math.isfinite(h[f"entropy_control/{KNOBS[control]}"]) for h in logs), logs
-    if control == "clip_cov":
-        assert all(h["entropy_control/selected_tokens"] >= 1 for h in logs), logs  # tokens taken out of the gradient
+    knob = CONTROL_REGISTRY[control].knob_name
+    if knob is not None:  # the control's knob, logged every step
+        assert all(math.isfinite(h[f"entropy_control/{knob}"]) for h in logs), logs
     if control == "entrocraft":
         assert all(math.isfinite(h["kl"]) for h in logs)  # beta > 0: the reference model's KL term
     if control == "adaptive_clip":
         assert logs[1]["entropy_control/epsilon_high"] != logs[0]["entropy_control/epsilon_high"]
+    if control == "clip_cov":
+        assert all(h["entropy_control/selected_tokens"] >= 1 for h in logs), logs  # tokens taken out of the gradient
 
 
 @needs_vllm
