@@ -249,6 +249,54 @@ def test_sync_is_exact_against_transformers_after_a_weight_change(engine, tmp_pa
     assert _prompt_logprobs_gap(generation.llm, trainer.model, token_ids) < 2e-4  # measured: 4e-5
 
 
+_COMPILED_CHILD = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+if __name__ == "__main__":
+    import torch
+    from test_vllm_cpu import _prompt_logprobs_gap, _smollm2, _vllm_kwargs
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.testbeds import get_testbed
+
+    tb = get_testbed("smollm2")
+    model, tokenizer = _smollm2()
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=tb.reward,
+                                 args=GRPOEntropyConfig(**_vllm_kwargs({out!r})), train_dataset=tb.datasets(0)[0],
+                                 processing_class=tokenizer)
+    generation = trainer.vllm_generation
+    ids = [tokenizer(t).input_ids for t in ["2+2=4\\n3+5=", "The capital of France is Paris. The capital of Italy is"]]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for param in trainer.model.parameters():
+            param.add_(0.05 * param.std() * torch.randn_like(param))
+    generation.sync_weights()
+    config = generation.llm.llm_engine.vllm_config
+    print("RESULT " + json.dumps(dict(gap=_prompt_logprobs_gap(generation.llm, trainer.model, ids),
+                                      mode=str(config.compilation_config.mode), eager=config.model_config.enforce_eager)))
+"""
+
+
+@needs_vllm
+def test_the_default_compiled_engine_syncs_exactly_too(tmp_path):
+    """The engine `GRPOEntropyTrainer` starts for a user (vLLM's default compilation, not the tests' eager one): the
+    reload also reaches the compiled model. In a child process (one engine per process; ~90 s of compile warm-up)."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(_COMPILED_CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)), out=str(tmp_path)))
+    # the child picks its own rendezvous port: this process's engine (the shared one) may hold the one TRL chose here
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+                                                            "WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1200, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert not result["eager"] and "NONE" not in result["mode"], result
+    assert result["gap"] < 2e-4, result
+
+
 # One run per registered control (a new control runs with its defaults): two optimizer steps from one generation
 # batch (the second is off-policy, where the clip controls act); "none" generates at each step, so its second batch
 # comes after an update and a sync. The target-following controls hold a constant 0.6 nats unless set below.
