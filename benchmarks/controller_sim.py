@@ -85,7 +85,9 @@ LAWS = {
         lambda: EntropyBonusController(kp=0.3, ki=0.01, horizon=4, c_min=-0.2, c_max=0.2, adapt_gain=False),
     "fixed gains, today's kp, ki, horizon and bounds (adapt_gain=False)":
         lambda: EntropyBonusController(adapt_gain=False),
-    "adaptive gain (today's defaults)": lambda: EntropyBonusController(),
+    "adaptive gain, no momentum compensation (the defaults of 2026-11-25)": lambda: EntropyBonusController(),
+    "adaptive gain, momentum compensation 0.5": lambda: EntropyBonusController(momentum_compensation=0.5),
+    "adaptive gain, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
 }
 
 

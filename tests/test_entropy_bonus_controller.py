@@ -11,7 +11,8 @@ from trl_entropy.scheduling import EntropyBonusController
 
 def make(**kw):
     base = dict(kp=0.05, ki=0.005, kff=2.0, c_min=-0.1, c_max=0.1, horizon=3.0, level_smoothing=0.3,
-                trend_smoothing=0.2, bound_limit=None)  # hand-computed cases (fixed bounds); closed loops: defaults
+                trend_smoothing=0.2, bound_limit=None, momentum_compensation=0.0)
+    # hand-computed cases: the law's output applied as it is, fixed bounds; closed loops: defaults
     base.update(kw)
     return EntropyBonusController(**base)
 
@@ -259,7 +260,7 @@ def test_adaptive_gain_lowers_the_gains_on_a_strong_knob_and_raises_them_on_a_we
     strong, weak = EntropyBonusController(), EntropyBonusController()
     multiplicative_plant(strong.update, 2.5)
     multiplicative_plant(weak.update, 0.4)
-    assert strong.gain_scale < 0.6 and weak.gain_scale > 1.2  # closed loop: the estimates lean toward the prior
+    assert strong.gain_scale < 0.75 and weak.gain_scale > 1.2  # closed loop: the estimates lean toward the prior
     fixed = EntropyBonusController(adapt_gain=False)
     multiplicative_plant(fixed.update, 2.5)
     assert fixed.gain_scale == 1.0 and fixed.authority.estimate != 1.0  # estimated, not used
@@ -331,3 +332,131 @@ def test_bad_estimator_arguments_are_refused(bad):
 
     with pytest.raises(ValueError):
         AuthorityEstimator(**bad)
+
+
+# --- momentum compensation --------------------------------------------------------------------------------------
+
+def _adam_first_moments(controller, readings, target=1.0, beta1=0.9):
+    """Apply the controller's coefficients as the gradient of a scalar under torch's Adam (step 1 uses the initial
+    coefficient, as in training) and return, per update, (law output, Adam's bias-corrected first moment)."""
+    import torch
+
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=1e-3, betas=(beta1, 0.999))
+    p.grad = torch.tensor([controller.value])
+    opt.step()
+    out = []
+    for reading in readings:
+        c = controller.update(reading, target)
+        p.grad = torch.tensor([c], dtype=torch.float32)
+        opt.step()
+        state = opt.state[p]
+        step = float(state["step"])
+        out.append((controller.law, float(state["exp_avg"]) / (1 - beta1**step)))
+    return out
+
+
+def test_full_compensation_makes_adams_average_follow_the_law_at_once():
+    rng = random.Random(0)
+    readings = [1.0 + 0.3 * math.sin(t / 4) + 0.05 * rng.gauss(0, 1) for t in range(60)]
+    c = EntropyBonusController(momentum=0.9, momentum_compensation=1.0, c_min=-1.0, c_max=1.0, bound_limit=None)
+    applied = []
+    update = c.update
+    c.update = lambda m, t: applied.append(update(m, t)) or applied[-1]
+    pairs = _adam_first_moments(c, readings)
+    free = [pair for pair, v in zip(pairs, applied) if abs(v) < 2.0]  # not held at twice the bounds
+    assert len(free) > 40  # a step held at the limit breaks the identity; the next free step restores it
+    assert max(abs(law - avg) for law, avg in free) < 1e-5
+    assert c.averaged == pytest.approx(pairs[-1][1], abs=1e-5)
+    # without compensation Adam's average lags the law by several steps
+    plain = _adam_first_moments(EntropyBonusController(c_min=-1.0, c_max=1.0, bound_limit=None), readings)
+    assert max(abs(law - avg) for law, avg in plain) > 0.05
+
+
+def test_half_compensation_lies_between():
+    rng = random.Random(1)
+    readings = [1.0 + 0.3 * math.sin(t / 4) + 0.05 * rng.gauss(0, 1) for t in range(60)]
+    lags = {}
+    for comp in (0.0, 0.5, 1.0):
+        c = EntropyBonusController(momentum_compensation=comp, c_min=-1.0, c_max=1.0, bound_limit=None)
+        lags[comp] = sum(abs(law - avg) for law, avg in _adam_first_moments(c, readings))
+    assert lags[1.0] < lags[0.5] < lags[0.0]
+
+
+def test_compensation_off_applies_the_law_and_no_momentum_means_nothing_to_cancel():
+    rng = random.Random(2)
+    seq = [(rng.uniform(0.5, 1.5), 1.0) for _ in range(40)]
+    a = EntropyBonusController(momentum_compensation=0.0)
+    b = EntropyBonusController(momentum=0.0, momentum_compensation=1.0)
+    for m, t in seq:
+        assert a.update(m, t) == a.law
+        assert b.update(m, t) == b.law
+
+
+def test_compensated_coefficient_is_held_within_twice_the_bounds():
+    c = EntropyBonusController(momentum_compensation=1.0, c_min=-0.1, c_max=0.1, bound_limit=None, kp=5.0)
+    values = [c.update(m, 1.0) for m in (0.1,) * 5 + (3.0,) * 5]
+    assert all(-0.2 <= v <= 0.2 for v in values) and min(values) == pytest.approx(-0.2)
+    assert max(values) > 0.1  # beyond the law's own bound: the momentum still holds the early zeros
+    assert all(-0.1 <= v <= 0.1 for v in (c.law, c.integral))
+
+
+def test_compensation_state_round_trip_continues_exactly():
+    rng = random.Random(5)
+    seq = [(rng.uniform(0.5, 1.5), 1.0) for _ in range(60)]
+    a = EntropyBonusController(momentum_compensation=0.5)
+    for m, t in seq[:30]:
+        a.update(m, t)
+    b = EntropyBonusController(momentum_compensation=0.5)
+    b.load_state_dict(a.state_dict())
+    assert (b.moment, b.moment_steps, b.law) == (a.moment, a.moment_steps, a.law)
+    assert [a.update(m, t) for m, t in seq[30:]] == [b.update(m, t) for m, t in seq[30:]]
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, math.nan, "1"])
+def test_bad_momentum_compensation_is_refused(bad):
+    with pytest.raises(ValueError, match="momentum_compensation"):
+        EntropyBonusController(momentum_compensation=bad)
+
+
+# --- the noise cap on the gain scale ----------------------------------------------------------------------------
+
+def _noisy_readings(noise, n=80, seed=0):
+    rng = random.Random(seed)
+    return [1.0 * (1 + noise * rng.gauss(0, 1)) for _ in range(n)]
+
+
+def test_noise_estimate_follows_the_measurement_noise():
+    clean, noisy = EntropyBonusController(), EntropyBonusController()
+    for a, b in zip(_noisy_readings(0.03), _noisy_readings(0.4, seed=1)):
+        clean.update(a, 1.0)
+        noisy.update(b, 1.0)
+    assert clean.noise < 0.08 < 0.3 < noisy.noise
+    assert clean.noise_cap > 3.0 and noisy.noise_cap == 1.0
+
+
+def test_gains_rise_above_the_reference_only_on_a_clean_measurement():
+    """A weak knob (the authority estimate at its floor) raises the gains 5x when the measurement is clean, not at
+    all when it is as noisy as the SmolLM2 testbed's; lowering them is never limited."""
+    def final_scale(g, noise):
+        c = EntropyBonusController()
+        multiplicative_plant(c.update, g, noise=noise, steps=150)
+        return c, c.gain_scale
+
+    clean, s_clean = final_scale(0.1, 0.02)
+    noisy, s_noisy = final_scale(0.1, 0.3)
+    assert clean.authority.gain_scale > 2.0 and noisy.authority.gain_scale > 2.0  # both see a weak knob
+    assert s_clean > 2.0 and s_noisy == pytest.approx(noisy.noise_cap) and s_noisy < 1.5
+    strong, s_strong = final_scale(2.5, 0.3)
+    assert s_strong < 0.6  # a strong knob lowers the gains whatever the noise
+
+
+def test_noise_state_round_trip_and_bad_reference():
+    a = EntropyBonusController()
+    for m in _noisy_readings(0.2, n=30):
+        a.update(m, 1.0)
+    b = EntropyBonusController()
+    b.load_state_dict(a.state_dict())
+    assert b.noise == a.noise
+    with pytest.raises(ValueError, match="noise reference"):
+        EntropyBonusController(noise_reference=0.0)

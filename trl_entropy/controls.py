@@ -905,6 +905,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         adapt_gain=args.entropy_bonus_adapt_gain,
         authority=args.entropy_bonus_authority,
         momentum=_optimizer_momentum(args),
+        momentum_compensation=args.entropy_bonus_momentum_compensation,
     )
 
 
@@ -967,7 +968,8 @@ class EntropyBonusControl(ControllerControl):
     def metrics(self):
         c = self.controller
         out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward,
-               "bonus_authority": c.authority.estimate, "bonus_gain_scale": c.gain_scale}
+               "bonus_authority": c.authority.estimate, "bonus_gain_scale": c.gain_scale, "bonus_law": c.law,
+               "bonus_noise": c.noise}
         if c.predicted is not None:
             out["bonus_predicted_entropy"] = c.predicted
         return out

@@ -272,9 +272,17 @@ class GRPOEntropyConfig(GRPOConfig):
             online (relative entropy change per step per unit of coefficient, by recursive least squares on the
             measured entropy and the coefficients applied through the optimizer's momentum), held within 5x of the
             reference. The best gains are inversely proportional to `g`, which differs between models, tasks and
-            learning rates. Logged as `entropy_control/bonus_authority` and `entropy_control/bonus_gain_scale`.
+            learning rates. The gains rise above the reference only as far as the measurement is cleaner than the
+            reference noise (0.25 relative per step): `scale <= max(1, 0.25 / noise)`. Logged as
+            `entropy_control/bonus_authority`, `entropy_control/bonus_gain_scale` and `entropy_control/bonus_noise`.
         entropy_bonus_authority (`float`, *optional*, defaults to `1.0`):
             Reference authority `g` at which the gains are given, and the estimate's starting value; > 0.
+        entropy_bonus_momentum_compensation (`float`, *optional*, defaults to `0.5`):
+            Fraction of the optimizer's first-moment lag that the applied coefficient cancels, in [0, 1]. A loss
+            coefficient reaches the weights through Adam's gradient average (`adam_beta1`, ~10 steps at 0.9); with
+            1 the applied coefficient is chosen so that this average equals the law's output at once (it moves
+            more than the law's output, within twice the bounds). The law's output is logged as
+            `entropy_control/bonus_law`.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -506,12 +514,19 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_adapt_gain: bool = field(
         default=True,
         metadata={"help": "Entropy bonus: scale kp, ki and kff by entropy_bonus_authority / g, with g the knob's "
-                  "authority estimated online (held within 5x of the reference)."},
+                  "authority estimated online (held within 5x of the reference; raised above 1 only as far as the "
+                  "measurement is cleaner than 0.25 relative noise per step)."},
     )
     entropy_bonus_authority: float = field(
         default=1.0,
         metadata={"help": "Entropy bonus: reference authority (relative entropy change per step per unit of "
                   "coefficient) at which the gains are given, and the online estimate's start; > 0."},
+    )
+    entropy_bonus_momentum_compensation: float = field(
+        default=0.5,
+        metadata={"help": "Entropy bonus: fraction of the optimizer's first-moment lag (Adam's beta1) the applied "
+                  "coefficient cancels, in [0, 1] (1: the momentum average of the coefficient follows the law "
+                  "without lag; 0: the law's output is applied as it is)."},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -908,6 +923,7 @@ class GRPOEntropyConfig(GRPOConfig):
         authority = self.entropy_bonus_authority
         if not (_is_number(authority) and authority > 0):
             raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
+        self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
