@@ -935,7 +935,8 @@ class EntropyBonusControl(ControllerControl):
     card_text = ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed coefficient "
                  "`c` (a penalty when negative) moved each optimizer step by a filtered, predictive PI law with "
                  "feed-forward from the target's slope, bounded and with anti-windup, its gains scaled by the "
-                 "knob's authority estimated online.")
+                 "knob's authority estimated online (capped by the measurement's noise), and half of the optimizer "
+                 "momentum's lag cancelled in the applied coefficient.")
     config_prefixes = ("entropy_bonus_", "entropy_coef")
     citations = ("he2025",)
 
