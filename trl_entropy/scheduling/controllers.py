@@ -351,8 +351,9 @@ class EntropyBonusController:
        linear ramp). ``kff`` is in coefficient units per unit of relative target change per step.
     4. **Law output** ``law = clip(I + s*kp*e + s*ff, c_min, c_max)``: bounded on both sides; ``s`` is
        :attr:`gain_scale` (the knob's authority estimated online, with ``adapt_gain``; the gains rise above 1 only as
-       far as the measurement's noise, :attr:`noise`, is below ``noise_reference``: :attr:`noise_cap`). A bound the error has pushed
-       past for ``bound_patience`` updates in a row grows by 1.5x, up to ``bound_limit`` (the scale learned online).
+       far as the measurement's noise, :attr:`noise`, is below ``noise_reference``: :attr:`noise_cap`). A bound the
+       error has pushed past for ``bound_patience`` updates in a row grows by 1.5x, up to ``bound_limit`` (the scale
+       learned online).
        The initial bounds are the knob's documented scale: on SmolLM2-135M (lr 1e-5) a fixed ``c = 0.1`` drives entropy above its start in every seed
        and ``c = 0.01`` slows the collapse 3.5x, so the balancing coefficient lies inside +-0.1 (docs:
        benchmarks, knob authority). The gains are per unit of relative error in those coefficient units.
@@ -511,8 +512,8 @@ class EntropyBonusController:
 
     def _grow_bounds(self, pushing_past: bool) -> None:
         """The knob's scale, learned online: a bound the error has pushed past for `bound_patience` updates in a row
-        grows by `BOUND_GROWTH`, up to `bound_limit`. The documented scale (+-0.2) suits SmolLM2-135M at lr 1e-5,
-        where the law never sat at a bound for more than 5 steps; a model or learning rate that needs a larger
+        grows by `BOUND_GROWTH`, up to `bound_limit`. The initial bounds (+-0.5) are five times the coefficient
+        that balances the policy gradient on SmolLM2-135M at lr 1e-5; a model or learning rate that needs a larger
         coefficient (the tiny testbed needs ~0.6) gets it instead of a saturated control."""
         self.pushed = self.pushed + 1 if pushing_past else 0
         if self.bound_limit is None or self.pushed < self.bound_patience:
