@@ -409,7 +409,7 @@ def test_compensation_state_round_trip_continues_exactly():
         a.update(m, t)
     b = EntropyBonusController(momentum_compensation=0.5)
     b.load_state_dict(a.state_dict())
-    assert (b.moment, b.moment_steps, b.law) == (a.moment, a.moment_steps, a.law)
+    assert (b.authority.u, b.moment_steps, b.law) == (a.authority.u, a.moment_steps, a.law)
     assert [a.update(m, t) for m, t in seq[30:]] == [b.update(m, t) for m, t in seq[30:]]
 
 

@@ -426,10 +426,10 @@ class EntropyBonusController:
         self.noise_var = self.noise_reference**2
         self.momentum = float(momentum)
         self.compensation = float(momentum_compensation)
-        # the optimizer's first moment of the coefficient, as Adam keeps it: an uncorrected average and the number
-        # of steps in it (the initial coefficient acts on the first step, before any update)
-        self.moment = (1.0 - self.momentum) * self.value
-        self.moment_steps = 1
+        # the optimizer's first moment of the coefficient, as Adam keeps it, is the estimator's uncorrected average
+        # `authority.u` (one record for both); the initial coefficient acts on the first step, before any update
+        self.authority.u = (1.0 - self.momentum) * self.value
+        self.moment_steps = 1  # steps in that average (Adam's bias correction)
         self.law = self.value  # the law's output: the coefficient the optimizer should see after its averaging
 
     @property
@@ -491,15 +491,14 @@ class EntropyBonusController:
             return law
         beta, t = self.momentum, self.moment_steps + 1
         # c_full - law = beta * ((1 - beta^(t-1)) * law - m) / (1 - beta): 0 when the average already holds `law`
-        gap = (1.0 - beta ** (t - 1)) * law - self.moment
+        gap = (1.0 - beta ** (t - 1)) * law - self.authority.u
         if abs(gap) <= 1e-12:  # a held coefficient stays exactly itself (no rounding drift)
             return law
         c = law + self.compensation * beta * gap / (1.0 - beta)
         return min(2.0 * self.c_max, max(2.0 * self.c_min, c))
 
     def _applied(self, coefficient: float) -> None:
-        """Record the coefficient the optimizer uses for the coming step (its momentum and the authority's)."""
-        self.moment = self.momentum * self.moment + (1.0 - self.momentum) * coefficient
+        """Record the coefficient the optimizer uses for the coming step (in the estimator's momentum average)."""
         self.moment_steps += 1
         self.authority.applied(coefficient)
 
@@ -508,7 +507,7 @@ class EntropyBonusController:
         """The coefficient as the optimizer's first moment averages it (bias-corrected as Adam does)."""
         if self.momentum <= 0.0:
             return self.value
-        return self.moment / (1.0 - self.momentum**self.moment_steps)
+        return self.authority.u / (1.0 - self.momentum**self.moment_steps)
 
     def _grow_bounds(self, pushing_past: bool) -> None:
         """The knob's scale, learned online: a bound the error has pushed past for `bound_patience` updates in a row
@@ -585,7 +584,6 @@ class EntropyBonusController:
             "c_max": self.c_max,
             "pushed": self.pushed,
             "noise_var": self.noise_var,
-            "moment": self.moment,
             "moment_steps": self.moment_steps,
             "law": self.law,
             "authority": self.authority.state_dict(),
@@ -612,7 +610,6 @@ class EntropyBonusController:
         self.c_max = float(state.get("c_max", self.c_max))
         self.pushed = int(state.get("pushed", 0))
         self.noise_var = float(state.get("noise_var", self.noise_reference**2))
-        self.moment = float(state.get("moment", (1.0 - self.momentum) * self.value))
         self.moment_steps = int(state.get("moment_steps", max(1, self.steps + 1)))
         self.law = float(state.get("law", self.value))
         if "authority" in state:
