@@ -175,3 +175,73 @@ def test_config_accepts_command_line_strings(tmp_path):
                                            entropy_schedule_start="0.8", entropy_schedule_end="initial * 0.5"))
     assert args.entropy_schedule_start == 0.8 and args.entropy_schedule_end == "0.5*initial"
     assert args.schedule_needs_initial_entropy
+
+
+class _StubKnob:
+    """A paper control reduced to what the assist reads: its saturation push, set by the test."""
+
+    knob_name = "epsilon_high"
+
+    def __init__(self):
+        self.limit_push = 0
+
+    def observe(self, measured, target):
+        pass
+
+    def metrics(self):
+        return {}
+
+    def state_dict(self):
+        return {"push": self.limit_push}
+
+    def load_state_dict(self, state):
+        self.limit_push = state["push"]
+
+
+def _assisted(tmp_path, window=2):
+    from trl_entropy.controls import AssistedControl
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = tiny_args(tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=1.0,
+                         entropy_bonus_assist=True, entropy_bonus_assist_window=window)
+    return AssistedControl(_StubKnob(), args)
+
+
+def test_assist_keeps_acting_while_its_law_still_asks_for_the_direction_it_was_called_for(tmp_path):
+    """The paper's knob leaves its limit because the bonus closed the error: that alone must not hand back. The
+    bonus hands back only once its law no longer asks for more entropy (measured failure before: adaptive clip on
+    SmolLM2, entropy collapsing again after each hand-back)."""
+    ctl = _assisted(tmp_path)
+    ctl.inner.limit_push = 1  # clip bound at its upper limit, entropy below target
+    for _ in range(3):
+        ctl.observe(0.6, 1.0)
+    assert ctl.active and ctl.called_for == 1 and ctl.bonus.law > 0
+    ctl.inner.limit_push = 0  # the knob leaves its limit while entropy is still below target: the law stays positive
+    for _ in range(6):
+        ctl.observe(0.6, 1.0)
+    assert ctl.active and ctl.bonus.law > 0
+    for _ in range(200):  # entropy well above target: the law falls through 0, then the bonus hands back
+        ctl.observe(1.6, 1.0)
+        if not ctl.active:
+            break
+    assert not ctl.active and ctl.handovers == 1
+    coef = ctl.bonus.value
+    ctl.observe(1.6, 1.0)
+    assert abs(ctl.bonus.value) <= abs(coef) * ctl.HANDBACK_DECAY + 1e-12  # handed back: the coefficient decays
+
+
+def test_assist_direction_survives_resume(tmp_path):
+    ctl = _assisted(tmp_path)
+    ctl.inner.limit_push = 1
+    for _ in range(4):
+        ctl.observe(0.6, 1.0)
+    state = ctl.state_dict()
+    other = _assisted(tmp_path)
+    other.load_state_dict(state)
+    assert other.called_for == ctl.called_for == 1 and other.active
+    legacy = dict(state)
+    legacy.pop("called_for")  # a state saved before the rule: the direction the bonus pushes when loaded
+    old = _assisted(tmp_path)
+    old.load_state_dict(legacy)
+    assert old.called_for == 1 and old.active

@@ -1036,16 +1036,20 @@ class AssistedControl:
     The paper's knob acts first. When it has sat at a limit of its range with the error pushing the same way for
     ``entropy_bonus_assist_window`` optimizer steps in a row (the saturation test of the trainer's monitor, on a
     shorter window), the bonus takes the remainder: its controller runs on the same measured entropy and target.
-    When the paper's knob has been off its limits for as many steps, the bonus hands back: its coefficient and
-    integral shrink by ``HANDBACK_DECAY`` per step. While the paper's knob acts alone, the bonus controller's filter
-    keeps tracking the entropy, so a hand-over starts from the present level and trend.
+    The bonus hands back when two things hold: the paper's knob has been off its limits for as many steps, and the
+    bonus's own law no longer asks for the direction it was called for (``called_for``: +1 to raise the entropy,
+    -1 to lower it; the law's output has reached 0 or crossed it). The second condition matters: a knob leaves its
+    limit *because* the bonus closed the error, and handing back then lets the entropy fall away again (measured:
+    adaptive clip-higher on SmolLM2). On hand-back the bonus's coefficient and integral shrink by
+    ``HANDBACK_DECAY`` per step. While the paper's knob acts alone, the bonus controller's filter keeps tracking the
+    entropy, so a hand-over starts from the present level and trend.
 
     Every hook of the paper's control is delegated unchanged; ``entropy_control/assist_active`` (1: the bonus acts)
     and ``entropy_control/entropy_coef`` are logged every step.
     """
 
     HANDBACK_DECAY = 0.8
-    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers")
+    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers", "called_for")
 
     def __init__(self, inner: EntropyControl, args):
         self.inner = inner
@@ -1055,6 +1059,7 @@ class AssistedControl:
         self.recovered = 0
         self.active = False
         self.handovers = 0
+        self.called_for = 0
 
     def __getattr__(self, name):  # every hook and attribute the wrapper does not define: the paper's control
         return getattr(self.__dict__["inner"], name)
@@ -1079,10 +1084,14 @@ class AssistedControl:
         if not self.active and saturated:
             self.active = True
             self.handovers += 1
-        elif self.active and self.recovered >= self.window:
+            self.called_for = 0
+        elif self.active and self.recovered >= self.window and self.bonus.law * self.called_for <= 0:
             self.active = False
         if self.active:
             self.bonus.update(measured, target)
+            if self.called_for == 0:  # the direction of the law's first (filtered) output after the hand-over
+                law = self.bonus.law
+                self.called_for = (law > 0) - (law < 0) or (1 if target > measured else -1)
         else:
             self.bonus.decay(self.HANDBACK_DECAY)
             self.bonus.track(measured, target)
@@ -1100,7 +1109,7 @@ class AssistedControl:
     def state_dict(self):
         return {"inner": self.inner.state_dict(), "bonus": self.bonus.state_dict(),
                 "monitor": self.monitor.state_dict(), "recovered": self.recovered, "active": self.active,
-                "handovers": self.handovers}
+                "handovers": self.handovers, "called_for": self.called_for}
 
     def load_state_dict(self, state):
         self.inner.load_state_dict(state["inner"])
@@ -1109,6 +1118,8 @@ class AssistedControl:
         self.recovered = int(state["recovered"])
         self.active = bool(state["active"])
         self.handovers = int(state.get("handovers", 0))
+        law = self.bonus.law  # states saved before the rule existed: the direction the bonus pushes now
+        self.called_for = int(state.get("called_for", (law > 0) - (law < 0) if self.active else 0))
 
 
 def build_control(args) -> EntropyControl | None:
