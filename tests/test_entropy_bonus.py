@@ -208,10 +208,10 @@ def _assisted(tmp_path, window=2):
     return AssistedControl(_StubKnob(), args)
 
 
-def test_assist_keeps_acting_while_its_law_still_asks_for_the_direction_it_was_called_for(tmp_path):
+def test_assist_keeps_acting_while_its_integral_still_holds_the_direction_it_was_called_for(tmp_path):
     """The paper's knob leaves its limit because the bonus closed the error: that alone must not hand back. The
-    bonus hands back only once its law no longer asks for more entropy (measured failure before: adaptive clip on
-    SmolLM2, entropy collapsing again after each hand-back)."""
+    bonus bleeds its integral and hands back only once the integral no longer holds entropy up (measured failure
+    before: adaptive clip on SmolLM2, entropy collapsing again after each hand-back)."""
     ctl = _assisted(tmp_path)
     ctl.inner.limit_push = 1  # clip bound at its upper limit, entropy below target
     for _ in range(3):
@@ -220,8 +220,8 @@ def test_assist_keeps_acting_while_its_law_still_asks_for_the_direction_it_was_c
     ctl.inner.limit_push = 0  # the knob leaves its limit while entropy is still below target: the law stays positive
     for _ in range(6):
         ctl.observe(0.6, 1.0)
-    assert ctl.active and ctl.bonus.law > 0
-    for _ in range(200):  # entropy well above target: the law falls through 0, then the bonus hands back
+    assert ctl.active and ctl.bonus.integral > 0
+    for _ in range(200):  # entropy well above target: the integral falls through 0, then the bonus hands back
         ctl.observe(1.6, 1.0)
         if not ctl.active:
             break
@@ -245,3 +245,23 @@ def test_assist_direction_survives_resume(tmp_path):
     old = _assisted(tmp_path)
     old.load_state_dict(legacy)
     assert old.called_for == 1 and old.active
+
+
+def test_assist_bleeds_its_load_back_to_a_knob_that_has_recovered(tmp_path):
+    """With the error closed and the paper's knob off its limits, the bonus's integral shrinks step by step and the
+    bonus hands back; while the knob sits at its limit again, nothing bleeds."""
+    ctl = _assisted(tmp_path)
+    ctl.inner.limit_push = 1
+    for _ in range(30):
+        ctl.observe(0.6, 1.0)
+    held = ctl.bonus.integral
+    assert ctl.active and held > 0.05
+    for _ in range(5):  # still saturated, on target: the integral is kept
+        ctl.observe(1.0, 1.0)
+    assert ctl.bonus.integral == pytest.approx(held, rel=0.15)
+    ctl.inner.limit_push = 0
+    steps = 0
+    while ctl.active and steps < 200:
+        ctl.observe(1.0, 1.0)
+        steps += 1
+    assert not ctl.active and 10 < steps < 100

@@ -1036,12 +1036,16 @@ class AssistedControl:
     The paper's knob acts first. When it has sat at a limit of its range with the error pushing the same way for
     ``entropy_bonus_assist_window`` optimizer steps in a row (the saturation test of the trainer's monitor, on a
     shorter window), the bonus takes the remainder: its controller runs on the same measured entropy and target.
-    The bonus hands back when two things hold: the paper's knob has been off its limits for as many steps, and the
-    bonus's own law no longer asks for the direction it was called for (``called_for``: +1 to raise the entropy,
-    -1 to lower it; the law's output has reached 0 or crossed it). The second condition matters: a knob leaves its
-    limit *because* the bonus closed the error, and handing back then lets the entropy fall away again (measured:
-    adaptive clip-higher on SmolLM2). On hand-back the bonus's coefficient and integral shrink by
-    ``HANDBACK_DECAY`` per step. While the paper's knob acts alone, the bonus controller's filter keeps tracking the
+    While the bonus acts and the paper's knob has been off its limits for as many steps, the bonus hands the load
+    back gradually: its integral (the coefficient it holds against the policy's own pull on entropy) shrinks by
+    ``HANDBACK_BLEED`` per step, so the paper's knob, if it can, takes up the error this leaves; if it cannot, it
+    returns to its limit, the bleed stops and the bonus's integral grows back. The bonus hands back once its
+    integral no longer holds the direction it was called for (``called_for``: +1 to raise the entropy, -1 to lower
+    it: the integral has fallen below ``HANDBACK_LEVEL`` times its bound in that direction). A hand-back on the knob's recovery alone was measured to fail:
+    adaptive clip-higher on SmolLM2 leaves its limit *because* the bonus has closed the error, and the entropy
+    collapsed again after each hand-back (so did a rule on the sign of the law's output, which turns with the
+    filter's trend). After a hand-back the bonus's coefficient and integral shrink by ``HANDBACK_DECAY`` per step.
+    While the paper's knob acts alone, the bonus controller's filter keeps tracking the
     entropy, so a hand-over starts from the present level and trend.
 
     Every hook of the paper's control is delegated unchanged; ``entropy_control/assist_active`` (1: the bonus acts)
@@ -1049,6 +1053,8 @@ class AssistedControl:
     """
 
     HANDBACK_DECAY = 0.8
+    HANDBACK_BLEED = 0.95
+    HANDBACK_LEVEL = 0.02
     _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers", "called_for")
 
     def __init__(self, inner: EntropyControl, args):
@@ -1085,16 +1091,24 @@ class AssistedControl:
             self.active = True
             self.handovers += 1
             self.called_for = 0
-        elif self.active and self.recovered >= self.window and self.bonus.law * self.called_for <= 0:
+        elif self.active and self.recovered >= self.window and self._holding() <= 0:
             self.active = False
         if self.active:
             self.bonus.update(measured, target)
             if self.called_for == 0:  # the direction of the law's first (filtered) output after the hand-over
                 law = self.bonus.law
                 self.called_for = (law > 0) - (law < 0) or (1 if target > measured else -1)
+            if self.recovered >= self.window:
+                self.bonus.integral *= self.HANDBACK_BLEED
         else:
             self.bonus.decay(self.HANDBACK_DECAY)
             self.bonus.track(measured, target)
+
+    def _holding(self) -> float:
+        """How far the bonus's integral still holds the direction it was called for, in units of its bound, less
+        ``HANDBACK_LEVEL`` (> 0: it still carries load)."""
+        bound = self.bonus.c_max if self.called_for > 0 else -self.bonus.c_min
+        return self.called_for * self.bonus.integral / max(bound, 1e-12) - self.HANDBACK_LEVEL
 
     @property
     def limit_push(self) -> int:
@@ -1118,8 +1132,8 @@ class AssistedControl:
         self.recovered = int(state["recovered"])
         self.active = bool(state["active"])
         self.handovers = int(state.get("handovers", 0))
-        law = self.bonus.law  # states saved before the rule existed: the direction the bonus pushes now
-        self.called_for = int(state.get("called_for", (law > 0) - (law < 0) if self.active else 0))
+        held = self.bonus.integral  # states saved before the rule existed: the direction the bonus holds now
+        self.called_for = int(state.get("called_for", (held > 0) - (held < 0) if self.active else 0))
 
 
 def build_control(args) -> EntropyControl | None:
