@@ -286,11 +286,12 @@ class GRPOEntropyConfig(GRPOConfig):
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
-            pushing the same way for `entropy_bonus_assist_window` steps, the feedback bonus takes the remainder, and
-            hands back (its coefficient decays) once the knob has been off its limits as long. Logged as
+            pushing the same way for `entropy_bonus_assist_window` steps, the feedback bonus takes the remainder.
+            While the knob is off its limits as long, the bonus's integral shrinks 5% a step; it hands back (its
+            coefficient decays) once that integral no longer holds entropy the way it was called for. Logged as
             `entropy_control/assist_active` and `entropy_control/entropy_coef`.
         entropy_bonus_assist_window (`int`, *optional*, defaults to `5`):
-            Steps at a limit before the bonus takes over, and off the limits before it hands back; >= 1.
+            Steps at a limit before the bonus takes over, and off the limits before it starts handing back; >= 1.
 
     > Adaptive clip-higher (`entropy_control="adaptive_clip"`)
 
@@ -537,7 +538,7 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_assist_window: int = field(
         default=5,
         metadata={"help": "Entropy bonus assist: optimizer steps the paper's knob must sit at a limit before the bonus "
-                  "takes over, and off its limits before the bonus hands back; >= 1."},
+                  "takes over, and off its limits before the bonus starts handing back; >= 1."},
     )
     adaptive_clip_delta: float = field(
         default=0.02,
