@@ -37,6 +37,7 @@ TARGETS = {  # testbed -> name -> (schedule, start as a fraction of H0, end as a
     "tiny": {"constant": ("constant", 0.6, 1.0), "linear": ("linear", 1.0, 0.5), "wsd": ("wsd", 1.0, 0.5)},
     "smollm2": {"hold": ("constant", 1.0, 1.0), "wsd": ("wsd", 1.0, 0.5)},
     "smollm2_hard": {"hold": ("constant", 1.0, 1.0), "wsd": ("wsd", 1.0, 0.5)},
+    "smollm2_mixed": {"hold": ("constant", 1.0, 1.0), "wsd": ("wsd", 1.0, 0.5)},
 }
 # TRL's rule as the earlier benchmark runs ran it: a plain GRPOTrainer with use_adaptive_entropy and
 # EntropyScheduleCallback (kept under its old label so that the cached runs serve); it trains exactly as
@@ -45,8 +46,10 @@ BASELINES = {
     "trl_adaptive_entropy": (False, {"use_adaptive_entropy": True, "entropy_coef": 0.0},
                              "TRL's adaptive entropy coefficient (Skywork-OR1), target driven by the same schedule"),
 }
+ASSIST = "+assist"  # "adaptive_clip+assist": the paper's control with entropy_bonus_assist=True
+ASSISTABLE = ("adaptive_clip", "entrocraft", "positive_reweight", "entropic")
 DEFAULT_METHODS = ["grpo", "trl_adaptive_entropy", "entropy_bonus", "adaptive_clip", "entrocraft", "positive_reweight", "entropic"]
-DEFAULT_STEPS = {"tiny": 200, "smollm2": 150, "smollm2_hard": 100}
+DEFAULT_STEPS = {"tiny": 200, "smollm2": 150, "smollm2_hard": 100, "smollm2_mixed": 100}
 
 
 def relative_errors(measured, target):
@@ -122,7 +125,9 @@ def main(argv=None) -> None:
     p.add_argument("--testbed", default="tiny", choices=sorted(TARGETS))
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: tiny 200, smollm2 150)")
     p.add_argument("--targets", nargs="+", default=None, help="target names (default: all of the testbed's)")
-    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=[*runner.METHODS, *BASELINES])
+    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
+                   choices=[*runner.METHODS, *BASELINES, *(m + ASSIST for m in ASSISTABLE)],
+                   help=f"controls to run; NAME{ASSIST} runs a paper's control with entropy_bonus_assist=True")
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
     p.add_argument("--h0", type=float, default=None, help="starting entropy (default: measured by sampling)")
     p.add_argument("--extra", default="{}", help="JSON {method: {config overrides}}, e.g. tuned controller gains")
@@ -143,32 +148,37 @@ def main(argv=None) -> None:
     for seed in seeds:
         for target_name in targets:
             schedule, start_frac, end_ratio = TARGETS[a.testbed][target_name]
-            for method in a.methods:
+            for name in a.methods:
+                method, assist = name.removesuffix(ASSIST), name.endswith(ASSIST)
                 ours, overrides, desc = {**runner.METHODS, **BASELINES}[method]
-                spec = (ours, {**overrides, **extra.get(method, {})}, desc)
+                spec = (ours, {**overrides, **extra.get(name, {}), **({"entropy_bonus_assist": True} if assist else {})},
+                        desc)
+                suffix = (" assist" if assist else "") + a.label
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
-                    r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{a.label}", seed=seed,
+                    r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{suffix}", seed=seed,
                                    steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only)
                     if r is not None:
                         r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
                 else:
-                    r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{a.label}",
+                    r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{suffix}",
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
                                    schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only)
                 if r is None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])
-                rows.append((target_name, method, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
-                             overshoot(r["measured"], r["target"])))
-                print(f"  seed {seed} {target_name:<8} {method:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
+                zero = [v for v in r.get("frac_reward_zero_std") or [] if v is not None]
+                rows.append((target_name, name, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
+                             overshoot(r["measured"], r["target"]), sum(zero) / len(zero) if zero else None))
+                print(f"  seed {seed} {target_name:<8} {name:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
                       f"settle {settle}", flush=True)
 
     print(f"\n{a.testbed} testbed, {steps} optimizer steps per run, steps_per_generation=4 (off-policy), "
           f"H0 = {h0:.3f} nats, seeds {seeds}. err = mean over steps after the first 20% of "
-          "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H and reward over the last 10%.")
+          "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H and reward over the last 10%; "
+          "zero-std groups: TRL's frac_reward_zero_std over the run (groups with one advantage sign only, or none).")
     header = ("| target | method | err | raw err | overshoot | settle step | final H | final reward | "
-              "err vs TRL's rule |")
-    print(header + "\n" + "|---" * 9 + "|")
+              "zero-std groups | err vs TRL's rule | seeds |")
+    print(header + "\n" + "|---" * 11 + "|")
     for target_name in targets:
         trl = [r[3] for r in rows if r[0] == target_name and r[1] == "trl_adaptive_entropy"]
         trl_mean = statistics.mean(trl) if trl else None
@@ -180,10 +190,12 @@ def main(argv=None) -> None:
             ratio = f"{statistics.mean(errs) / trl_mean:.2f}x" if trl_mean else "–"
             settles = [r[5] for r in rs]
             settle_txt = ", ".join("–" if s is None else str(s) for s in settles)
+            zero = [100 * r[9] for r in rs if r[9] is not None]
+            zero_txt = f"{mean_sd(zero, 0)}%" if zero else "–"
             print(f"| {target_name} | {method} | {mean_sd([100 * e for e in errs], 1)}% | "
                   f"{mean_sd([100 * r[4] for r in rs], 1)}% | {mean_sd([100 * r[8] for r in rs], 1)}% | "
                   f"{settle_txt} | {mean_sd([r[6] for r in rs])} | "
-                  f"{mean_sd([r[7] for r in rs])} | {ratio} |")
+                  f"{mean_sd([r[7] for r in rs])} | {zero_txt} | {ratio} | {', '.join(str(r[2]) for r in rs)} |")
 
 
 if __name__ == "__main__":
