@@ -1039,12 +1039,15 @@ class AssistedControl:
     While the bonus acts and the paper's knob has been off its limits for as many steps, the bonus hands the load
     back gradually: its integral (the coefficient it holds against the policy's own pull on entropy) shrinks by
     ``HANDBACK_BLEED`` per step, so the paper's knob, if it can, takes up the error this leaves; if it cannot, it
-    returns to its limit, the bleed stops and the bonus's integral grows back. The bonus hands back once its
-    integral no longer holds the direction it was called for (``called_for``: +1 to raise the entropy, -1 to lower
-    it: the integral has fallen below ``HANDBACK_LEVEL`` times its bound in that direction). A hand-back on the knob's recovery alone was measured to fail:
-    adaptive clip-higher on SmolLM2 leaves its limit *because* the bonus has closed the error, and the entropy
-    collapsed again after each hand-back (so did a rule on the sign of the law's output, which turns with the
-    filter's trend). After a hand-back the bonus's coefficient and integral shrink by ``HANDBACK_DECAY`` per step.
+    returns to its limit, the bleed stops and the bonus's integral grows back. The bonus hands back once it has
+    been idle for ``entropy_bonus_assist_window`` steps in a row with the knob still off its limits: its integral no
+    longer holds the direction it was called for (``called_for``: +1 to raise the entropy, -1 to lower it; below
+    ``HANDBACK_LEVEL`` times its bound in that direction) and its law's output is small (within ``HANDBACK_QUIET``
+    times its bound). Measured failures of looser rules, adaptive clip-higher on SmolLM2 (held target): the knob
+    leaves its limit *because* the bonus has closed the error, or because the entropy overshoots; handing back then
+    (on the knob's recovery alone, on the sign of the law's output, or on the integral alone, which an overshoot
+    unwinds) let the entropy collapse again each time. After a hand-back the bonus's coefficient and integral shrink
+    by ``HANDBACK_DECAY`` per step.
     While the paper's knob acts alone, the bonus controller's filter keeps tracking the
     entropy, so a hand-over starts from the present level and trend.
 
@@ -1055,7 +1058,8 @@ class AssistedControl:
     HANDBACK_DECAY = 0.8
     HANDBACK_BLEED = 0.95
     HANDBACK_LEVEL = 0.02
-    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers", "called_for")
+    HANDBACK_QUIET = 0.2
+    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers", "called_for", "idle")
 
     def __init__(self, inner: EntropyControl, args):
         self.inner = inner
@@ -1066,6 +1070,7 @@ class AssistedControl:
         self.active = False
         self.handovers = 0
         self.called_for = 0
+        self.idle = 0  # consecutive acting steps with the knob recovered and the bonus idle (see the docstring)
 
     def __getattr__(self, name):  # every hook and attribute the wrapper does not define: the paper's control
         return getattr(self.__dict__["inner"], name)
@@ -1091,7 +1096,8 @@ class AssistedControl:
             self.active = True
             self.handovers += 1
             self.called_for = 0
-        elif self.active and self.recovered >= self.window and self._holding() <= 0:
+            self.idle = 0
+        elif self.active and self.recovered >= self.window and self._holding() <= 0 and self.idle >= self.window:
             self.active = False
         if self.active:
             self.bonus.update(measured, target)
@@ -1100,6 +1106,9 @@ class AssistedControl:
                 self.called_for = (law > 0) - (law < 0) or (1 if target > measured else -1)
             if self.recovered >= self.window:
                 self.bonus.integral *= self.HANDBACK_BLEED
+            quiet = abs(self.bonus.law) <= self.HANDBACK_QUIET * max(self.bonus.c_max, -self.bonus.c_min)
+            idle = self.recovered >= self.window and self._holding() <= 0 and quiet
+            self.idle = self.idle + 1 if idle else 0
         else:
             self.bonus.decay(self.HANDBACK_DECAY)
             self.bonus.track(measured, target)
@@ -1123,7 +1132,7 @@ class AssistedControl:
     def state_dict(self):
         return {"inner": self.inner.state_dict(), "bonus": self.bonus.state_dict(),
                 "monitor": self.monitor.state_dict(), "recovered": self.recovered, "active": self.active,
-                "handovers": self.handovers, "called_for": self.called_for}
+                "handovers": self.handovers, "called_for": self.called_for, "idle": self.idle}
 
     def load_state_dict(self, state):
         self.inner.load_state_dict(state["inner"])
@@ -1134,6 +1143,7 @@ class AssistedControl:
         self.handovers = int(state.get("handovers", 0))
         held = self.bonus.integral  # states saved before the rule existed: the direction the bonus holds now
         self.called_for = int(state.get("called_for", (held > 0) - (held < 0) if self.active else 0))
+        self.idle = int(state.get("idle", 0))
 
 
 def build_control(args) -> EntropyControl | None:
