@@ -42,6 +42,21 @@ def test_problems_split_and_reward():
     assert {r["prompt"] for r in train_ds} <= {p["prompt"] for p in train}
 
 
+def test_mixed_task_is_half_easy_half_two_digit_and_keeps_the_split():
+    easy, hard = addition.make_mixed_problems("train")
+    easy_test, hard_test = addition.make_mixed_problems("test")
+    assert len(easy) + len(easy_test) == 200 and len(hard) + len(hard_test) == 8100
+    assert not {p["prompt"] for p in hard} & {p["prompt"] for p in hard_test}
+    train, test = addition.make_mixed_datasets(n_train=2000, seed=3)
+    easy_prompts = {p["prompt"] for p in easy}
+    n_easy = sum(r["prompt"] in easy_prompts for r in train)
+    assert len(train) == 2000 and 900 < n_easy < 1100  # equal odds
+    assert {r["prompt"] for r in train} <= easy_prompts | {p["prompt"] for p in hard}
+    assert len(test) == 2 * len(easy_test) and not {r["prompt"] for r in test} & {r["prompt"] for r in train}
+    assert list(addition.make_mixed_datasets(n_train=50, seed=3)[0]) == list(train.select(range(50)))
+    assert all(r["prompt"].startswith(addition.FEW_SHOT_PREFIX) for r in test)
+
+
 def test_missing_package_names_the_install_command(monkeypatch):
     monkeypatch.delenv("TRL_ENTROPY_SMOLLM2_GGUF", raising=False)
     monkeypatch.setattr(gguf.importlib.util, "find_spec", lambda name: None)

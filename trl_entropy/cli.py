@@ -60,7 +60,7 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
 DEMO_METHODS = ("grpo", "entropy_bonus", "trl_adaptive", "adaptive_clip", "entrocraft", "positive_reweight",
                 "w_reinforce", "clip_cov", "kl_cov", "entropic")
 DEMO_DEFAULT_METHOD = "adaptive_clip"
-DEMO_TESTBEDS = ("tiny", "smollm2", "smollm2_hard")  # trl_entropy.testbeds.TESTBEDS
+DEMO_TESTBEDS = ("tiny", "smollm2", "smollm2_hard", "smollm2_mixed")  # trl_entropy.testbeds.TESTBEDS
 
 
 def demo_flags() -> list[tuple[str, dict]]:

@@ -105,8 +105,19 @@ def _smollm2_hard(recipe=None) -> Testbed:
                        addition.HARD_B_RANGE, addition.HARD_PREFIX)
 
 
+def _smollm2_mixed(recipe=None) -> Testbed:
+    import dataclasses
+
+    from . import addition
+
+    base = _smollm2_on("smollm2_mixed", "two-shot addition, half a+b (a < 20, b < 10), half two-digit a+b",
+                       addition.A_RANGE, addition.B_RANGE, addition.FEW_SHOT_PREFIX)
+    return dataclasses.replace(base, datasets=lambda seed=0: addition.make_mixed_datasets(seed=seed),
+                               heldout=lambda n, seed=0: list(addition.make_mixed_datasets(n_train=1)[1])[:n])
+
+
 TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2,
-                                              "smollm2_hard": _smollm2_hard}
+                                              "smollm2_hard": _smollm2_hard, "smollm2_mixed": _smollm2_mixed}
 
 
 def get_testbed(name: str = "tiny", recipe=None) -> Testbed:
