@@ -1047,9 +1047,8 @@ class AssistedControl:
     leaves its limit *because* the bonus has closed the error, or because the entropy overshoots; handing back then
     (on the knob's recovery alone, on the sign of the law's output, or on the integral alone, which an overshoot
     unwinds) let the entropy collapse again each time. After a hand-back the bonus's coefficient and integral shrink
-    by ``HANDBACK_DECAY`` per step.
-    While the paper's knob acts alone, the bonus controller's filter keeps tracking the
-    entropy, so a hand-over starts from the present level and trend.
+    by ``HANDBACK_DECAY`` per step. While the paper's knob acts alone, the bonus controller's filter keeps tracking
+    the entropy, so a hand-over starts from the present level and trend.
 
     Every hook of the paper's control is delegated unchanged; ``entropy_control/assist_active`` (1: the bonus acts)
     and ``entropy_control/entropy_coef`` are logged every step.
