@@ -27,7 +27,10 @@ def _read(path):
 
 @pytest.fixture(scope="module")
 def example():
-    return runpy.run_path(EXAMPLE)  # not as __main__: registers "negative_feedback" and defines train()
+    before = dict(CONTROL_REGISTRY)
+    yield runpy.run_path(EXAMPLE)  # not as __main__: registers "negative_feedback" and defines train()
+    CONTROL_REGISTRY.clear()  # later test modules see the built-in controls only
+    CONTROL_REGISTRY.update(before)
 
 
 def test_the_docs_page_shows_the_example_as_it_is():
