@@ -40,6 +40,7 @@ CONFIGS = {
     "clip_cov": {"entropy_control": "clip_cov"},
     "kl_cov": {"entropy_control": "kl_cov"},
     "entropic": {"entropy_control": "entropic", "entropy_schedule_start": 5.0},
+    "entropy_bonus": {"entropy_control": "entropy_bonus", "entropy_schedule_start": 5.0},
 }
 
 QWEN05B = dict(vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
