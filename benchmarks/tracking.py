@@ -47,7 +47,13 @@ BASELINES = {
                              "TRL's adaptive entropy coefficient (Skywork-OR1), target driven by the same schedule"),
 }
 ASSIST = "+assist"  # "adaptive_clip+assist": the paper's control with entropy_bonus_assist=True
-ASSISTABLE = ("adaptive_clip", "entrocraft", "positive_reweight", "entropic")
+
+
+def assistable() -> list[str]:
+    """The paper controls that take entropy_bonus_assist, as the config derives them from the registry."""
+    from trl_entropy.trainers.grpo_entropy_config import COEFFICIENT_CONTROLS, TARGET_FOLLOWING_CONTROLS
+
+    return [c for c in TARGET_FOLLOWING_CONTROLS if c not in COEFFICIENT_CONTROLS]
 DEFAULT_METHODS = ["grpo", "trl_adaptive_entropy", "entropy_bonus", "adaptive_clip", "entrocraft", "positive_reweight", "entropic"]
 DEFAULT_STEPS = {"tiny": 200, "smollm2": 150, "smollm2_hard": 100, "smollm2_mixed": 100}
 
@@ -126,7 +132,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: tiny 200, smollm2 150)")
     p.add_argument("--targets", nargs="+", default=None, help="target names (default: all of the testbed's)")
     p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
-                   choices=[*runner.METHODS, *BASELINES, *(m + ASSIST for m in ASSISTABLE)],
+                   choices=[*runner.METHODS, *BASELINES, *(m + ASSIST for m in assistable())],
                    help=f"controls to run; NAME{ASSIST} runs a paper's control with entropy_bonus_assist=True")
     p.add_argument("--seeds", default="0", help="comma-separated training seeds")
     p.add_argument("--h0", type=float, default=None, help="starting entropy (default: measured by sampling)")
