@@ -3,7 +3,8 @@
     python benchmarks/plot_tracking.py --results benchmarks/results/tracking_smollm2.jsonl --testbed smollm2 \
         --seed 0 --methods grpo trl_adaptive_entropy entropy_bonus --out docs/img/tracking_smollm2_seed0.png
 
-One column per target (hold, wsd), two rows: entropy and knob. Reads the cache only; trains nothing.
+One column per target (hold, wsd), three rows: entropy, knob and reward (10-step moving average of the mean reward
+of the step's completions). Reads the cache only; trains nothing.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ def main(argv=None) -> None:
     from tracking import TARGETS, target_curve
 
     runs = load(a.results, a.testbed, a.seed)
-    fig, axes = new_figure(2, len(a.targets), figsize=(5.2 * len(a.targets), 6.4))
+    fig, axes = new_figure(3, len(a.targets), figsize=(5.2 * len(a.targets), 8.6))
     for col, target_name in enumerate(a.targets):
         schedule, start_frac, end_ratio = TARGETS[a.testbed][target_name]
-        ax_h, ax_k = axes[0, col], axes[1, col]
+        ax_h, ax_k, ax_r = axes[0, col], axes[1, col], axes[2, col]
         drawn_target = False
         for index, method in enumerate(a.methods):
             color = f"C{index}"
@@ -73,10 +74,13 @@ def main(argv=None) -> None:
             knob = row.get("knob") or []
             if any(k is not None for k in knob):
                 ax_k.plot(steps, knob, label=label(method), linewidth=1.0, color=color)
+            ax_r.plot(steps, moving_average(row["reward"]),
+                      label=label(method), linewidth=1.2, color=color)
         ax_h.set_title(f"{target_name}, seed {a.seed}", fontsize=10)
         ax_h.set_ylabel("entropy (nats, MA10)")
         ax_k.set_ylabel("entropy_coef")
-        ax_k.set_xlabel("optimizer step")
+        ax_r.set_ylabel("reward (MA10)")
+        ax_r.set_xlabel("optimizer step")
         ax_k.axhline(0.0, color="grey", linewidth=0.6)
     handles, labels = axes[0, 0].get_legend_handles_labels()  # one legend above the panels, over no data
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False)

@@ -173,18 +173,22 @@ def main(argv=None) -> None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])
                 zero = [v for v in r.get("frac_reward_zero_std") or [] if v is not None]
+                coef = [abs(v) for v in r.get("knob") or [] if v is not None] if r.get("knob_name") == "entropy_coef" \
+                    else []
                 rows.append((target_name, name, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
-                             overshoot(r["measured"], r["target"]), sum(zero) / len(zero) if zero else None))
+                             overshoot(r["measured"], r["target"]), sum(zero) / len(zero) if zero else None,
+                             sum(coef) / len(coef) if coef else None))
                 print(f"  seed {seed} {target_name:<8} {name:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
                       f"settle {settle}", flush=True)
 
     print(f"\n{a.testbed} testbed, {steps} optimizer steps per run, steps_per_generation=4 (off-policy), "
           f"H0 = {h0:.3f} nats, seeds {seeds}. err = mean over steps after the first 20% of "
           "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H and reward over the last 10%; "
-          "zero-std groups: TRL's frac_reward_zero_std over the run (groups with one advantage sign only, or none).")
+          "zero-std groups: TRL's frac_reward_zero_std over the run (groups with one advantage sign only, or none); "
+          "mean |c|: the entropy coefficient's mean magnitude over the run (control effort; coefficient knobs only).")
     header = ("| target | method | err | raw err | overshoot | settle step | final H | final reward | "
-              "zero-std groups | err vs TRL's rule | seeds |")
-    print(header + "\n" + "|---" * 11 + "|")
+              "zero-std groups | mean \\|c\\| | err vs TRL's rule | seeds |")
+    print(header + "\n" + "|---" * 12 + "|")
     for target_name in targets:
         trl = [r[3] for r in rows if r[0] == target_name and r[1] == "trl_adaptive_entropy"]
         trl_mean = statistics.mean(trl) if trl else None
@@ -198,10 +202,12 @@ def main(argv=None) -> None:
             settle_txt = ", ".join("–" if s is None else str(s) for s in settles)
             zero = [100 * r[9] for r in rs if r[9] is not None]
             zero_txt = f"{mean_sd(zero, 0)}%" if zero else "–"
+            coef = [r[10] for r in rs if r[10] is not None]
+            coef_txt = mean_sd(coef, 2) if coef else "–"
             print(f"| {target_name} | {method} | {mean_sd([100 * e for e in errs], 1)}% | "
                   f"{mean_sd([100 * r[4] for r in rs], 1)}% | {mean_sd([100 * r[8] for r in rs], 1)}% | "
                   f"{settle_txt} | {mean_sd([r[6] for r in rs])} | "
-                  f"{mean_sd([r[7] for r in rs])} | {zero_txt} | {ratio} | {', '.join(str(r[2]) for r in rs)} |")
+                  f"{mean_sd([r[7] for r in rs])} | {zero_txt} | {coef_txt} | {ratio} | {', '.join(str(r[2]) for r in rs)} |")
 
 
 if __name__ == "__main__":
