@@ -4,6 +4,12 @@ A long benchmark (hours on the SmolLM2 testbed) is a list of independent runs. E
 ``--results`` as one JSON line, keyed by (testbed and its settings, label, seed, steps, configuration); rerunning
 the script skips the runs
 already there, so an interrupted benchmark resumes where it stopped and the tables can be reprinted at no cost.
+
+The key holds what a run was asked for, not the package's defaults it ran with. So each run also records
+``package_defaults`` (the default of every field ``GRPOEntropyConfig`` adds to ``GRPOConfig``: controller gains,
+bounds, windows); a cached run whose recorded defaults differ from today's is not served (it trains again, or is left
+out with ``cached_only``) and the changed fields are printed. Runs cached before this record existed are served as
+they are.
 """
 
 from __future__ import annotations
@@ -14,6 +20,35 @@ import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def package_defaults() -> dict:
+    """The defaults of the fields ``GRPOEntropyConfig`` adds to TRL's ``GRPOConfig``, as JSON stores them."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from trl_entropy import GRPOEntropyConfig
+
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    out = {}
+    for f in dataclasses.fields(GRPOEntropyConfig):
+        if f.name in trl_fields:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out, sort_keys=True, default=str))
+
+
+def changed_defaults(row: dict, current: dict) -> dict:
+    """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran (empty for older rows)."""
+    recorded = row.get("package_defaults")
+    if recorded is None:
+        return {}
+    return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
+            if recorded.get(k) != current.get(k)}
 
 
 def run_key(testbed: str, label: str, seed: int, steps: int, spec) -> str:
@@ -47,15 +82,20 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     # the testbed's settings are part of the key: a change of its defaults (e.g. the learning rate) reruns
     key = run_key(testbed, label, seed, steps,
                   [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()])
+    defaults = package_defaults()
     if key in results:
-        return results[key]
+        changed = changed_defaults(results[key], defaults)
+        if not changed:
+            return results[key]
+        print(f"cached run {label!r} (seed {seed}) ran with other package defaults, not served: "
+              + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()), flush=True)
     if cached_only:
         return None
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
     r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False)
     r = {k: v for k, v in r.items() if k not in ("pass_at_k",)}
-    r.update(key=key, label=label)
+    r.update(key=key, label=label, package_defaults=defaults)
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(r) + "\n")

@@ -59,3 +59,28 @@ def test_plain_grpo_runs_once_and_is_scored_against_each_target(tmp_path, capsys
     assert tracking.target_curve("constant", 0.48, 1.0, [1, 2, 3, 4], 4) == [0.48] * 4
     linear = tracking.target_curve("linear", 0.8, 0.5, [1, 2, 3, 4], 4)
     assert linear[0] == 0.8 and abs(linear[-1] - 0.4) < 1e-9
+
+
+def test_a_cached_run_is_not_served_once_the_package_defaults_change(tmp_path, capsys, monkeypatch):
+    import _runs
+
+    results = tmp_path / "tracking.jsonl"
+    argv = ["--testbed", "tiny", "--steps", "3", "--targets", "constant", "--methods", "entropy_bonus", "--h0", "0.8",
+            "--results", str(results)]
+    tracking.main(argv)
+    row = json.loads(results.read_text().splitlines()[0])
+    assert row["package_defaults"] == _runs.package_defaults()
+    assert row["package_defaults"]["entropy_bonus_kp"] > 0
+    capsys.readouterr()
+    # a default changes (as when a controller's gains are retuned): the cached run no longer answers for it
+    changed = dict(_runs.package_defaults(), entropy_bonus_kp=123.0)
+    monkeypatch.setattr(_runs, "package_defaults", lambda: changed)
+    tracking.main([*argv, "--cached_only"])
+    out = capsys.readouterr().out
+    assert "ran with other package defaults, not served: entropy_bonus_kp" in out
+    assert "| constant | entropy_bonus |" not in out
+    # a row cached before the record existed is served as it is
+    legacy = {k: v for k, v in row.items() if k != "package_defaults"}
+    results.write_text(json.dumps(legacy) + "\n")
+    tracking.main([*argv, "--cached_only"])
+    assert "| constant | entropy_bonus |" in capsys.readouterr().out
