@@ -84,3 +84,29 @@ def test_a_cached_run_is_not_served_once_the_package_defaults_change(tmp_path, c
     results.write_text(json.dumps(legacy) + "\n")
     tracking.main([*argv, "--cached_only"])
     assert "| constant | entropy_bonus |" in capsys.readouterr().out
+
+
+def test_reward_analysis_recovers_known_effects_with_one_intercept_per_seed(tmp_path, capsys):
+    import random
+
+    import reward_analysis
+
+    rng, lines = random.Random(0), []
+    for seed in (0, 1, 2):
+        for i in range(8):
+            early, late, coef = rng.uniform(0.5, 1.0), rng.uniform(0.8, 1.2), rng.uniform(0.05, 0.4)
+            # a known law: -0.2 per nat of early entropy, -0.1 per unit of |c|, a different level per seed
+            level = 0.9 + 0.05 * seed - 0.2 * early - 0.1 * coef
+            measured = [early] * 40 + [late] * 60
+            label = "hold/trl_adaptive_entropy" if i == 0 else f"hold/entropy_bonus V{i}"
+            lines.append(json.dumps({"label": label, "seed": seed, "knob_name": "entropy_coef", "measured": measured,
+                                     "reward": [level] * 100, "knob": [coef] * 100, "final_reward": level}))
+    path = tmp_path / "tracking.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    obs = reward_analysis.observations(str(path), "hold")
+    assert len(obs) == 24
+    beta, r2 = reward_analysis.fit(obs, "final reward")
+    assert abs(beta[0] + 0.2) < 1e-6 and abs(beta[1]) < 1e-6 and abs(beta[2] + 0.1) < 1e-6 and r2 > 0.999
+    reward_analysis.main(["--results", str(path)])
+    out = capsys.readouterr().out
+    assert "| final reward | -0.200 | " in out and " | -0.100 | 1.00 |" in out and "\n| 2 | 0." in out

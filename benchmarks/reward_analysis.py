@@ -1,0 +1,92 @@
+"""Where the feedback bonus's reward gap comes from: a regression over the cached SmolLM2 tracking runs.
+
+    python benchmarks/reward_analysis.py [--results benchmarks/results/tracking_smollm2.jsonl] [--target hold]
+
+Reads the cache only; trains nothing. Every cached run whose knob is the entropy coefficient (TRL's rule and every
+variant of the feedback bonus's law, see docs/benchmarks.md) on the given target is one observation:
+
+* features: mean entropy over the first 40 steps ("early H", where TRL's rule lags below the target while its
+  coefficient ramps up), mean entropy over the rest ("late H"), and the coefficient's mean magnitude ("|c|", the
+  control effort);
+* outcomes: the final reward as the tracking table reports it (last 10% of steps: ~120 completions from about
+  three generation batches), the mean reward over the last 20 steps, and over the second half of the run.
+
+The fit is least squares with one intercept per seed (the seeds train on different data orders and differ more than
+the laws do). Printed: the coefficients (reward per nat, per unit of |c|), R², and for each seed the spread of the
+final reward across the bonus's law variants, which measures how much of a final-reward difference is chance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import numpy as np
+
+FEATURES = ("early H", "late H", "|c|")
+OUTCOMES = ("final reward", "reward, last 20 steps", "reward, second half")
+EARLY = 40  # steps
+
+
+def observations(path: str, target: str) -> list[dict]:
+    out = []
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("knob_name") != "entropy_coef" or not row["label"].startswith(f"{target}/"):
+                continue
+            measured = row["measured"]
+            reward = [r for r in row["reward"] if r is not None]
+            coef = [abs(c) for c in row["knob"] if c is not None]
+            out.append({
+                "label": row["label"], "seed": row["seed"],
+                "early H": statistics.mean(measured[:EARLY]), "late H": statistics.mean(measured[EARLY:]),
+                "|c|": statistics.mean(coef),
+                "final reward": row["final_reward"], "reward, last 20 steps": statistics.mean(reward[-20:]),
+                "reward, second half": statistics.mean(reward[len(reward) // 2:]),
+            })
+    return out
+
+
+def fit(obs: list[dict], outcome: str) -> tuple[list[float], float]:
+    """Least squares of ``outcome`` on FEATURES with one intercept per seed: (coefficients, R²)."""
+    seeds = sorted({o["seed"] for o in obs})
+    x = np.array([[o[f] for f in FEATURES] + [float(o["seed"] == s) for s in seeds] for o in obs])
+    y = np.array([o[outcome] for o in obs])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ beta
+    r2 = 1.0 - float(residual @ residual) / float(((y - y.mean()) ** 2).sum())
+    return [float(b) for b in beta[: len(FEATURES)]], r2
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default="benchmarks/results/tracking_smollm2.jsonl")
+    p.add_argument("--target", default="hold")
+    a = p.parse_args(argv)
+    obs = observations(a.results, a.target)
+    bonus = [o for o in obs if o["label"].split("/", 1)[1].startswith("entropy_bonus")]
+    print(f"{len(obs)} runs on '{a.target}' with the entropy coefficient as knob ({len(bonus)} of the feedback bonus)\n")
+    print("| outcome | " + " | ".join(f"per unit of {f}" for f in FEATURES) + " | R² |")
+    print("|---" * (len(FEATURES) + 2) + "|")
+    for outcome in OUTCOMES:
+        beta, r2 = fit(obs, outcome)
+        print(f"| {outcome} | " + " | ".join(f"{b:+.3f}" for b in beta) + f" | {r2:.2f} |")
+    print("\n| seed | TRL's rule: final reward | bonus variants: final reward (n, mean ± sd, range) | "
+          "TRL's rule: early H, \\|c\\| | bonus variants: early H, \\|c\\| |")
+    print("|---|---|---|---|---|")
+    for seed in sorted({o["seed"] for o in obs}):
+        trl = [o for o in obs if o["seed"] == seed and o["label"] == f"{a.target}/trl_adaptive_entropy"]
+        ours = [o for o in bonus if o["seed"] == seed]
+        if not trl or len(ours) < 2:
+            continue
+        finals = [o["final reward"] for o in ours]
+        print(f"| {seed} | {trl[0]['final reward']:.3f} | {len(ours)}, {statistics.mean(finals):.3f} ± "
+              f"{statistics.stdev(finals):.3f}, {min(finals):.3f}–{max(finals):.3f} | "
+              f"{trl[0]['early H']:.2f}, {trl[0]['|c|']:.2f} | "
+              f"{statistics.mean(o['early H'] for o in ours):.2f}, {statistics.mean(o['|c|'] for o in ours):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
