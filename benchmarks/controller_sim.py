@@ -17,7 +17,9 @@ the SmolLM2 runs show:
 
 The metric is the tracking benchmark's (MA10 relative error after the first 20% of 100 steps), on "hold" (constant
 at H0 = 0.954) and "wsd" (annealed to half over the last 30%). With the sampling noise alone (a perfect controller)
-it is ~3.6% at noise 0.15.
+it is ~3.6% at noise 0.15. Beside the error, each law's control effort: the root mean square of the applied
+coefficient on "hold" (on SmolLM2 the reward over a run falls with the coefficient's mean size:
+`benchmarks/reward_analysis.py`).
 """
 
 from __future__ import annotations
@@ -55,39 +57,48 @@ def tracking_error(measured, targets):
     return statistics.mean(abs(a - b) / b for a, b in zip(m[skip:], t[skip:]))
 
 
-def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15):
+def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=False):
+    """The tracking error of one run (with ``effort``: the pair (error, rms of the applied coefficient))."""
     rng = random.Random(seed)
     controller = make_controller()
-    entropy, averaged, measured, targets = H0, 0.0, [], []
+    entropy, averaged, measured, targets, applied = H0, 0.0, [], [], []
     for step in range(STEPS):
         goal = target(step, kind)
         reading = entropy * (1 + noise * rng.gauss(0, 1))
         measured.append(reading)
         targets.append(goal)
         coefficient = controller.update(reading, goal)
+        applied.append(coefficient)
         averaged = beta * averaged + (1 - beta) * coefficient
         pull = max(0.0, pull + 0.004 * rng.gauss(0, 1))
         entropy = max(0.02, entropy * math.exp(g * averaged - pull + 0.02 * rng.gauss(0, 1)))
-    return tracking_error(measured, targets)
+    error = tracking_error(measured, targets)
+    return (error, math.sqrt(statistics.mean(c * c for c in applied))) if effort else error
 
 
 def evaluate(make_controller, seeds=6, noise=0.15):
-    """Mean error per target kind over every plant, and per authority on "hold"."""
+    """Mean error per target kind over every plant, per authority on "hold", and the rms coefficient on "hold"."""
     by_kind = {kind: statistics.mean(simulate(make_controller, *plant, kind, s, noise)
                                      for plant in PLANTS for s in range(seeds)) for kind in ("hold", "wsd")}
     by_g = {g: statistics.mean(simulate(make_controller, g, b, p, "hold", s, noise)
                                for (gg, b, p) in PLANTS if gg == g for s in range(seeds)) for g in AUTHORITIES}
+    by_kind["effort"] = statistics.mean(simulate(make_controller, *plant, "hold", s, noise, effort=True)[1]
+                                        for plant in PLANTS for s in range(seeds))
     return by_kind, by_g
 
 
 LAWS = {
     "fixed gains, the earlier defaults (kp 0.3, ki 0.01, horizon 4, bounds +-0.2)":
-        lambda: EntropyBonusController(kp=0.3, ki=0.01, horizon=4, c_min=-0.2, c_max=0.2, adapt_gain=False),
-    "fixed gains, today's kp, ki, horizon and bounds (adapt_gain=False)":
-        lambda: EntropyBonusController(adapt_gain=False),
-    "adaptive gain, no momentum compensation (the defaults of 2026-11-25)": lambda: EntropyBonusController(),
-    "adaptive gain, momentum compensation 0.5": lambda: EntropyBonusController(momentum_compensation=0.5),
+        lambda: EntropyBonusController(kp=0.3, ki=0.01, horizon=4, c_min=-0.2, c_max=0.2, adapt_gain=False,
+                                       momentum_compensation=0.0),
+    "fixed gains, today's kp, ki, horizon and bounds, no momentum compensation":
+        lambda: EntropyBonusController(adapt_gain=False, momentum_compensation=0.0),
+    "adaptive gain, no momentum compensation (the defaults of 2026-11-25)":
+        lambda: EntropyBonusController(momentum_compensation=0.0),
+    "adaptive gain, momentum compensation 0.5 (today's defaults)": lambda: EntropyBonusController(),
     "adaptive gain, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
+    "today's defaults with trend smoothing 0.1 (cached on SmolLM2 as \" P\")":
+        lambda: EntropyBonusController(trend_smoothing=0.1),
 }
 
 
@@ -97,11 +108,12 @@ def main(argv=None):
     p.add_argument("--noise", type=float, default=0.15)
     p.add_argument("--grid", action="store_true", help="also search kp, ki, horizon and bounds for the adaptive law")
     a = p.parse_args(argv)
-    print(f"| law | hold | wsd | hold, g = {' / '.join(map(str, AUTHORITIES))} |\n|---|---|---|---|")
+    print(f"| law | hold | wsd | hold, g = {' / '.join(map(str, AUTHORITIES))} | rms coefficient (hold) |\n"
+          "|---|---|---|---|---|")
     for name, make in LAWS.items():
         by_kind, by_g = evaluate(make, a.seeds, a.noise)
         print(f"| {name} | {100 * by_kind['hold']:.1f}% | {100 * by_kind['wsd']:.1f}% | "
-              f"{' / '.join(f'{100 * v:.1f}%' for v in by_g.values())} |", flush=True)
+              f"{' / '.join(f'{100 * v:.1f}%' for v in by_g.values())} | {by_kind['effort']:.3f} |", flush=True)
     if a.grid:
         rows = []
         for kp, ki, horizon, bound in itertools.product((0.2, 0.25, 0.3), (0.01, 0.015, 0.02), (4, 6, 8),
