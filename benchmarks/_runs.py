@@ -8,8 +8,8 @@ already there, so an interrupted benchmark resumes where it stopped and the tabl
 The key holds what a run was asked for, not the package's defaults it ran with. So each run also records
 ``package_defaults`` (the default of every field ``GRPOEntropyConfig`` adds to ``GRPOConfig``: controller gains,
 bounds, windows); a cached run whose recorded defaults differ from today's is not served (it trains again, or is left
-out with ``cached_only``) and the changed fields are printed. Runs cached before this record existed are served as
-they are.
+out with ``cached_only``) and the changed fields are printed; a field the run set itself does not count. Runs cached
+before this record existed are served as they are.
 """
 
 from __future__ import annotations
@@ -42,13 +42,14 @@ def package_defaults() -> dict:
     return json.loads(json.dumps(out, sort_keys=True, default=str))
 
 
-def changed_defaults(row: dict, current: dict) -> dict:
-    """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran (empty for older rows)."""
+def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
+    """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran, leaving out the fields the
+    run set itself (``overridden``); empty for rows cached before defaults were recorded."""
     recorded = row.get("package_defaults")
     if recorded is None:
         return {}
     return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
-            if recorded.get(k) != current.get(k)}
+            if k not in overridden and recorded.get(k) != current.get(k)}
 
 
 def run_key(testbed: str, label: str, seed: int, steps: int, spec) -> str:
@@ -84,7 +85,8 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
                   [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()])
     defaults = package_defaults()
     if key in results:
-        changed = changed_defaults(results[key], defaults)
+        overrides = spec[1] if isinstance(spec, (list, tuple)) and len(spec) > 1 and isinstance(spec[1], dict) else {}
+        changed = changed_defaults(results[key], defaults, overridden=set(overrides))
         if not changed:
             return results[key]
         print(f"cached run {label!r} (seed {seed}) ran with other package defaults, not served: "

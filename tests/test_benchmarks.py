@@ -110,3 +110,13 @@ def test_reward_analysis_recovers_known_effects_with_one_intercept_per_seed(tmp_
     reward_analysis.main(["--results", str(path)])
     out = capsys.readouterr().out
     assert "| final reward | -0.200 | " in out and " | -0.100 | 1.00 |" in out and "\n| 2 | 0." in out
+
+
+def test_a_default_the_run_set_itself_does_not_count_as_changed():
+    import _runs
+
+    row = {"package_defaults": {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.5}}
+    now = {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.1}
+    assert _runs.changed_defaults(row, now) == {"entropy_bonus_min": (-0.5, -0.1)}
+    assert _runs.changed_defaults(row, now, overridden={"entropy_bonus_min"}) == {}
+    assert _runs.changed_defaults({}, now) == {}  # cached before defaults were recorded
