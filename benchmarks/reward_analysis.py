@@ -8,8 +8,9 @@ variant of the feedback bonus's law, see docs/benchmarks.md) on the given target
 * features: mean entropy over the first 40 steps ("early H", where TRL's rule lags below the target while its
   coefficient ramps up), mean entropy over the rest ("late H"), and the coefficient's mean magnitude ("|c|", the
   control effort);
-* outcomes: the final reward as the tracking table reports it (last 10% of steps: ~120 completions from about
-  three generation batches), the mean reward over the last 20 steps, and over the second half of the run.
+* outcomes: the final reward as the tracking table reports it (the last 10% of the logged rewards: TRL logs the
+  reward once per generation batch, so on the SmolLM2 testbed that is the last two batches, 96 completions), the
+  mean reward logged over the last 20 steps (five batches), and over the second half of the run.
 
 The fit is least squares with one intercept per seed (the seeds train on different data orders and differ more than
 the laws do). Printed: the coefficients (reward per nat, per unit of |c|), R², and for each seed the spread of the
@@ -29,6 +30,11 @@ OUTCOMES = ("final reward", "reward, last 20 steps", "reward, second half")
 EARLY = 40  # steps
 
 
+def mean_reward(values) -> float:
+    """Mean of the logged rewards among ``values`` (steps without a scored generation batch log none)."""
+    return statistics.mean(v for v in values if v is not None)
+
+
 def observations(path: str, target: str) -> list[dict]:
     out = []
     with open(path) as f:
@@ -37,14 +43,14 @@ def observations(path: str, target: str) -> list[dict]:
             if row.get("knob_name") != "entropy_coef" or not row["label"].startswith(f"{target}/"):
                 continue
             measured = row["measured"]
-            reward = [r for r in row["reward"] if r is not None]
+            reward = row["reward"]  # per step; None where no generation batch was scored
             coef = [abs(c) for c in row["knob"] if c is not None]
             out.append({
                 "label": row["label"], "seed": row["seed"],
                 "early H": statistics.mean(measured[:EARLY]), "late H": statistics.mean(measured[EARLY:]),
                 "|c|": statistics.mean(coef),
-                "final reward": row["final_reward"], "reward, last 20 steps": statistics.mean(reward[-20:]),
-                "reward, second half": statistics.mean(reward[len(reward) // 2:]),
+                "final reward": row["final_reward"], "reward, last 20 steps": mean_reward(reward[-20:]),
+                "reward, second half": mean_reward(reward[len(reward) // 2:]),
             })
     return out
 
