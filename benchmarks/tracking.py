@@ -183,7 +183,8 @@ def main(argv=None) -> None:
 
     print(f"\n{a.testbed} testbed, {steps} optimizer steps per run, steps_per_generation=4 (off-policy), "
           f"H0 = {h0:.3f} nats, seeds {seeds}. err = mean over steps after the first 20% of "
-          "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H and reward over the last 10%; "
+          "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H over the last 10% of steps, "
+          "final reward over the last 10% of the logged rewards (TRL logs one per generation batch); "
           "zero-std groups: TRL's frac_reward_zero_std over the run (groups with one advantage sign only, or none); "
           "mean |c|: the entropy coefficient's mean magnitude over the run (control effort; coefficient knobs only).")
     header = ("| target | method | err | raw err | overshoot | settle step | final H | final reward | "
