@@ -3,8 +3,8 @@
     python benchmarks/plot_tracking.py --results benchmarks/results/tracking_smollm2.jsonl --testbed smollm2 \
         --seed 0 --methods grpo trl_adaptive_entropy entropy_bonus --out docs/img/tracking_smollm2_seed0.png
 
-One column per target (hold, wsd), three rows: entropy, knob and reward (10-step moving average of the mean reward
-of the step's completions). Reads the cache only; trains nothing.
+One column per target (hold, wsd), three rows: entropy, knob and reward (10-step moving average of the logged
+rewards; TRL logs one per generation batch, so each point averages the two or three batches of those 10 steps). Reads the cache only; trains nothing.
 """
 
 from __future__ import annotations
