@@ -71,10 +71,12 @@ def load_results(path: str | None) -> dict[str, dict]:
 def cached_run(results: dict, path: str | None, *, testbed: str, label: str, seed: int, steps: int, spec,
                target_start: float | None = None, schedule: str = "constant", end_ratio: float = 1.0,
                anneal_ratio: float = 0.3, method: str | None = None, output_dir: str = "/tmp/trl_entropy_bench",
-               cached_only: bool = False):
+               cached_only: bool = False, final_eval: bool = False):
     """Train ``spec`` (``(ours, overrides, description)``, or None for the demo method ``method``) once, or return
     the cached result. The result is the demo runner's dict (curves per step), without evaluation. With
-    ``cached_only`` a run missing from the cache returns None instead of training."""
+    ``cached_only`` a run missing from the cache returns None instead of training. ``final_eval=True`` also
+    evaluates the trained policy (``runner.policy_evaluation``, result key ``final_eval``); such runs are cached
+    under their own key (the same training, evaluated)."""
     from trl_entropy.demo import runner
 
     settings = runner.DemoSettings(steps=steps, seed=seed, schedule=schedule, target_end_ratio=end_ratio,
@@ -82,7 +84,8 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     tb = settings.get_testbed()
     # the testbed's settings are part of the key: a change of its defaults (e.g. the learning rate) reruns
     key = run_key(testbed, label, seed, steps,
-                  [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()])
+                  [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()]
+                  + (["final_eval:v1"] if final_eval else []))
     defaults = package_defaults()
     if key in results:
         overrides = spec[1] if isinstance(spec, (list, tuple)) and len(spec) > 1 and isinstance(spec[1], dict) else {}
@@ -95,7 +98,8 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
         return None
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
-    r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False)
+    r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False,
+                          final_eval=final_eval)
     r = {k: v for k, v in r.items() if k not in ("pass_at_k",)}
     r.update(key=key, label=label, package_defaults=defaults)
     if path:

@@ -18,6 +18,11 @@ Reported per run:
 * raw err: the same without smoothing; settle: the first step from which the 10-step rolling relative error stays at
   or below 10% until the end ("–" if never).
 Runs are cached in `--results` (JSON lines): an interrupted benchmark resumes, and rerunning reprints the tables.
+
+`--final_eval` also evaluates each trained policy on every distinct problem (train and test splits): accuracy of 16
+sampled completions per problem at temperature 1 (what the final reward estimates, from ~30x more completions) and
+of one greedy completion (what the policy knows whatever its entropy), and prints them in a second table next to the
+starting model's. These runs are cached under their own keys.
 """
 
 from __future__ import annotations
@@ -140,6 +145,8 @@ def main(argv=None) -> None:
     p.add_argument("--label", default="", help="suffix for the cached run labels of this configuration")
     p.add_argument("--results", default=None, help="JSON-lines cache of finished runs (resume, reprint)")
     p.add_argument("--cached_only", action="store_true", help="print the table from the cache; train nothing")
+    p.add_argument("--final_eval", action="store_true",
+                   help="evaluate each trained policy (sampled and greedy accuracy, train and test problems)")
     a = p.parse_args(argv)
     import json
 
@@ -162,13 +169,15 @@ def main(argv=None) -> None:
                 suffix = (" assist" if assist else "") + a.label
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{suffix}", seed=seed,
-                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only)
+                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only,
+                                   final_eval=a.final_eval)
                     if r is not None:
                         r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
                 else:
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{suffix}",
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
-                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only)
+                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only,
+                                   final_eval=a.final_eval)
                 if r is None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])
@@ -177,7 +186,7 @@ def main(argv=None) -> None:
                     else []
                 rows.append((target_name, name, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
                              overshoot(r["measured"], r["target"]), sum(zero) / len(zero) if zero else None,
-                             sum(coef) / len(coef) if coef else None))
+                             sum(coef) / len(coef) if coef else None, r.get("final_eval"), second_half(r)))
                 print(f"  seed {seed} {target_name:<8} {name:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
                       f"settle {settle}", flush=True)
 
@@ -209,6 +218,65 @@ def main(argv=None) -> None:
                   f"{mean_sd([100 * r[4] for r in rs], 1)}% | {mean_sd([100 * r[8] for r in rs], 1)}% | "
                   f"{settle_txt} | {mean_sd([r[6] for r in rs])} | "
                   f"{mean_sd([r[7] for r in rs])} | {zero_txt} | {coef_txt} | {ratio} | {', '.join(str(r[2]) for r in rs)} |")
+    if a.final_eval:
+        print_final_eval(rows, targets, a.methods, start_eval(cache, a.results, a.testbed, a.cached_only), steps)
+
+
+EVAL_COLUMNS = ("train_sampled", "test_sampled", "train_greedy", "test_greedy")
+
+
+def second_half(run) -> float | None:
+    """Mean of the logged rewards over the second half of the steps (a steadier reading than the last two
+    generation batches)."""
+    steps, rewards = run.get("step") or [], run.get("reward") or []
+    half = [x for s, x in zip(steps, rewards) if x is not None and s > max(steps, default=0) / 2]
+    return sum(half) / len(half) if half else None
+
+
+def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bool) -> dict | None:
+    """``runner.policy_evaluation`` of the testbed's starting model, cached next to the runs."""
+    import json
+
+    from _runs import run_key
+
+    key = run_key(testbed_name, "start/eval", 0, 0, ["final_eval:v1"])
+    if key in cache:
+        return cache[key]["final_eval"]
+    if cached_only:
+        return None
+    from trl_entropy.demo.runner import policy_evaluation
+    from trl_entropy.testbeds import get_testbed
+
+    tb = get_testbed(testbed_name)
+    model, tokenizer = tb.load(False)
+    ev = policy_evaluation(model, tokenizer, tb, tb.grpo_config_kwargs().get("max_completion_length"), 0)
+    row = {"key": key, "label": "start/eval", "final_eval": ev}
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    cache[key] = row
+    return ev
+
+
+def print_final_eval(rows, targets, methods, start, steps) -> None:
+    """Second table: the trained policies' accuracy (``--final_eval``), mean ± sd over seeds."""
+    print(f"\nTrained policies after {steps} steps: accuracy on every distinct problem, 16 samples per problem at "
+          "temperature 1 (sampled) and one greedy completion (greedy), train and test splits; second-half reward: "
+          "the mean logged reward over the second half of the steps.")
+    header = "| target | method | " + " | ".join(c.replace("_", " ") for c in EVAL_COLUMNS) + \
+        " | final reward | second-half reward | final H | seeds |"
+    print(header + "\n" + "|---" * (len(EVAL_COLUMNS) + 6) + "|")
+    if start:
+        print("| – | starting model | " + " | ".join(f"{start[c]:.3f}" for c in EVAL_COLUMNS) + " | – | – | – | – |")
+    for target_name in targets:
+        for method in methods:
+            rs = [r for r in rows if r[0] == target_name and r[1] == method and r[11] is not None]
+            if not rs:
+                continue
+            cells = [mean_sd([r[11][c] for r in rs]) for c in EVAL_COLUMNS]
+            print(f"| {target_name} | {method} | " + " | ".join(cells) + f" | {mean_sd([r[7] for r in rs])} | "
+                  f"{mean_sd([r[12] for r in rs])} | {mean_sd([r[6] for r in rs])} | "
+                  f"{', '.join(str(r[2]) for r in rs)} |")
 
 
 if __name__ == "__main__":

@@ -120,3 +120,29 @@ def test_a_default_the_run_set_itself_does_not_count_as_changed():
     assert _runs.changed_defaults(row, now) == {"entropy_bonus_min": (-0.5, -0.1)}
     assert _runs.changed_defaults(row, now, overridden={"entropy_bonus_min"}) == {}
     assert _runs.changed_defaults({}, now) == {}  # cached before defaults were recorded
+
+
+def test_final_eval_evaluates_the_trained_policy_under_its_own_cache_key(tmp_path, capsys):
+    results = tmp_path / "tracking.jsonl"
+    argv = ["--testbed", "tiny", "--steps", "4", "--targets", "constant", "--methods", "entropy_bonus", "--h0", "0.8",
+            "--results", str(results)]
+    tracking.main(argv)
+    tracking.main([*argv, "--final_eval"])
+    out = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    runs = [r for r in rows if r["label"] != "start/eval"]
+    assert len(runs) == 2 and len({r["key"] for r in runs}) == 2  # the evaluated run did not reuse the plain one
+    assert "final_eval" not in runs[0] and set(runs[1]["final_eval"]) >= {"train_sampled", "test_greedy", "n_test"}
+    assert runs[1]["measured"] == runs[0]["measured"]  # the same training, evaluated afterwards
+    assert all(0.0 <= runs[1]["final_eval"][k] <= 1.0 for k in tracking.EVAL_COLUMNS)
+    start = [r for r in rows if r["label"] == "start/eval"]
+    assert len(start) == 1
+    assert "| – | starting model |" in out and "| constant | entropy_bonus | " in out.split("Trained policies")[1]
+    tracking.main([*argv, "--final_eval", "--cached_only"])  # reprinted from the cache, nothing trained
+    assert len(results.read_text().splitlines()) == 3
+
+
+def test_second_half_reward_averages_the_logged_rewards_after_the_middle_step():
+    run = {"step": [1, 2, 3, 4, 5, 6], "reward": [0.0, None, None, 1.0, None, 0.5]}
+    assert tracking.second_half(run) == 0.75
+    assert tracking.second_half({"step": [], "reward": []}) is None

@@ -113,6 +113,22 @@ def test_sampling_helpers_deterministic_and_restore_mode(tmp_path):
     assert 0.0 < h <= torch.log(torch.tensor(float(len(tok)))).item() + 1e-4  # at most uniform over the vocabulary
 
 
+def test_greedy_decoding_at_temperature_zero_takes_the_argmax(tmp_path):
+    model, tok = tb.load_or_pretrain(SMALL, cache_dir=str(tmp_path), progress=False)
+    problems = tb.make_problems(6, seed=0, recipe=SMALL, split="test")
+    a, _ = tb.sample_completions(model, tok, problems, n_samples=1, temperature=0.0, seed=1)
+    b, _ = tb.sample_completions(model, tok, problems, n_samples=1, temperature=0.0, seed=2)
+    assert a == b  # no sampling: the seed does not matter
+    enc = tok([problems[0]["prompt"]], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        first = model(**enc).logits[0, -1].argmax().item()
+    assert a[0].startswith(tok.decode([first], skip_special_tokens=True))
+    acc = tb.evaluate_accuracy(model, tok, problems, n_samples=1, temperature=0.0)
+    assert acc in {i / 6 for i in range(7)}
+    with pytest.raises(ValueError, match="temperature"):
+        tb.sample_completions(model, tok, problems, temperature=-1.0)
+
+
 def test_grpo_config_kwargs_build_a_config(tmp_path):
     from trl import GRPOConfig
 

@@ -124,12 +124,13 @@ def _mean_relative_error(measured, target, skip_fraction=0.1):
 
 
 def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems,
-               spec: tuple[bool, dict, str] | None = None, evaluate: bool = True) -> dict:
+               spec: tuple[bool, dict, str] | None = None, evaluate: bool = True, final_eval: bool = False) -> dict:
     """Train one method on the settings' testbed and return its curves and summary numbers.
 
     ``spec`` = ``(uses GRPOEntropyTrainer, config overrides, description)`` runs a configuration that is not in
     :data:`METHODS` under the label ``name`` (the benchmarks use this); ``evaluate=False`` skips the held-out
-    accuracy, pass@k and the model card.
+    accuracy, pass@k and the model card; ``final_eval=True`` adds :func:`policy_evaluation` of the trained model
+    (key ``final_eval``).
     """
     from trl import GRPOConfig, GRPOTrainer
 
@@ -233,6 +234,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
             trainer.create_model_card(model_name=card_name)
         else:
             write_model_card(trainer, model_name=card_name, base_model=tb.base_model)
+    final = policy_evaluation(trainer.model, tokenizer, tb, base.get("max_completion_length"), settings.seed) \
+        if final_eval else None
     extra_keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "clip_ratio/region_mean", "completions/mean_length",
                   "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale")
     return {
@@ -249,6 +252,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "final_reward": sum(rewards[-tail:]) / tail if rewards else float("nan"),
         "heldout_accuracy": accuracy,
         "pass_at_k": pass_k,
+        **({"final_eval": final} if final is not None else {}),
         "tracking_error": _mean_relative_error(measured, target),
         "final_entropy": sum(measured[-tail:]) / tail if measured else float("nan"),
         "median_step_time": statistics.median(step_times) if step_times else float("nan"),
@@ -256,6 +260,30 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "step_time": [h.get("step_time") for h in rows],
         **{key: [h.get(key) for h in rows] for key in extra_keys},
     }
+
+
+def policy_evaluation(model, tokenizer, tb, max_new_tokens=None, seed: int = 0, n_samples: int = 16,
+                      max_problems: int = 256) -> dict:
+    """The policy's accuracy on the testbed's distinct problems (at most ``max_problems`` per split; every one on
+    the SmolLM2 testbeds' default task: 163 train, 37 test), split by train/test.
+
+    ``sampled``: mean reward of ``n_samples`` completions per problem at temperature 1 (what the training reward
+    estimates, from ~16x more completions than two generation batches); ``greedy``: one greedy completion per
+    problem (what the policy knows, whatever its entropy). Keys ``{train,test}_{sampled,greedy}`` and ``n_train``,
+    ``n_test`` (distinct problems).
+    """
+    train_ds, _ = tb.datasets(0)
+    train = list({r["prompt"]: dict(r) for r in train_ds}.values())[:max_problems]
+    test = [dict(r) for r in tb.heldout(max_problems, seed)]
+    out = {"n_train": len(train), "n_test": len(test), "n_samples": n_samples}
+    for split, problems in (("train", train), ("test", test)):
+        out[f"{split}_sampled"] = testbed.evaluate_accuracy(model, tokenizer, problems, n_samples=n_samples,
+                                                            temperature=1.0, seed=seed + 11, batch_size=128,
+                                                            max_new_tokens=max_new_tokens, reward=tb.reward)
+        out[f"{split}_greedy"] = testbed.evaluate_accuracy(model, tokenizer, problems, n_samples=1, temperature=0.0,
+                                                           batch_size=128, max_new_tokens=max_new_tokens,
+                                                           reward=tb.reward)
+    return out
 
 
 def pass_at_k_curve(model, tokenizer, problems, n: int = 16, seed: int = 0, reward=None,

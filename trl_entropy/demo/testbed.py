@@ -366,7 +366,7 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
     including the first eos: the tokens GRPOTrainer's ``entropy`` metric averages over. Every eos id of the model's
     generation config ends a completion, as in GRPOTrainer (the SmolLM2 testbed also stops at a newline).
     Deterministic given ``seed`` (the global RNG state is restored afterwards); the model's train/eval mode is
-    restored.
+    restored. ``temperature=0`` decodes greedily (the entropies are then those of ``softmax(logits)``).
     """
     from transformers import GenerationConfig
 
@@ -375,8 +375,12 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
     eos_ids = model.generation_config.eos_token_id
     eos_ids = [tokenizer.eos_token_id] if eos_ids is None else ([eos_ids] if isinstance(eos_ids, int) else eos_ids)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 decodes greedily), got {temperature}.")
+    greedy = temperature == 0
+    sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
     gen_config = GenerationConfig(
-        do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+        **sampling, max_new_tokens=max_new_tokens,
         pad_token_id=pad_id, eos_token_id=list(eos_ids), bos_token_id=None,
         output_logits=True, return_dict_in_generate=True,
     )
@@ -394,7 +398,7 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
                 enc = {k: v.to(model.device) for k, v in enc.items()}
                 out = model.generate(**enc, generation_config=gen_config)
                 gen = out.sequences[:, enc["input_ids"].shape[1]:]
-                logits = torch.stack(out.logits, dim=1).float() / temperature
+                logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
                 logp = torch.log_softmax(logits, dim=-1)
                 ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1)  # (B, T)
                 is_eos = torch.isin(gen, torch.tensor(eos_ids, device=gen.device)).long()
@@ -409,7 +413,7 @@ def sample_completions(model, tokenizer, problems, n_samples=4, temperature=1.0,
 def evaluate_accuracy(model, tokenizer, problems, n_samples=4, temperature=1.0, max_new_tokens=None, seed=0,
                       batch_size=64, reward=None) -> float:
     """Sampled accuracy (mean over problems and samples of ``reward``, default :func:`accuracy_reward`),
-    deterministic given ``seed``."""
+    deterministic given ``seed``; ``temperature=0``: greedy accuracy (use ``n_samples=1``)."""
     texts, _ = sample_completions(model, tokenizer, problems, n_samples, temperature, max_new_tokens, seed,
                                   batch_size)
     answers = [p["answer"] for p in problems for _ in range(n_samples)]
