@@ -10,9 +10,15 @@ completion (so groups have non-zero spread). Generation is TRL's HF `generate` p
 temperature 1, so completion entropies are those of a near-uniform untrained model: this checks cost and that every
 control runs, not learning.
 
-Every configuration trains the same steps, off-policy (`steps_per_generation=2`), in one process; runs are
-interleaved over `--repeats`. Reported: median optimizer-step time (TRL's `step_time`, first steps skipped), peak
-GPU memory (`torch.cuda.max_memory_allocated`, reset before each run), and both as ratios to GRPOTrainer.
+Every configuration trains the same steps, off-policy (`--steps-per-generation`, default 4: each generation batch
+feeds four optimizer steps), in one process, after one discarded warm-up run; runs are interleaved over `--repeats`,
+the order rotated each repeat. Each step is timed from `on_step_begin` to `on_step_end` with the GPU synchronised at both ends (TRL's own
+`step_time` has no sync: on a GPU it times kernel launches). A step that generates includes the generation (HF `generate`,
+seconds, and sampled at temperature 1 so its length varies), which drowns the loss path's cost; so the steps are
+split: **train-only steps** (no generation: forward, loss, backward, optimizer; the part a control can slow) and
+generation steps, each reported as a median with its ratio to GRPOTrainer's, and the train-only median of each
+repeat to show the spread. Peak GPU memory (`torch.cuda.max_memory_allocated`, reset before each run) as well.
+`--json FILE` writes every step time.
 Target (issue tracker): <= 1.02x time on GPU.
 """
 
@@ -78,7 +84,34 @@ def even_token_reward(completion_ids, **kwargs):
     return [sum(1 for t in ids if t % 2 == 0) / max(1, len(ids)) for ids in completion_ids]
 
 
-def run_once(name, overrides, model_state, shape, a, dataset, tokenizer, device, dtype):
+class StepClock:
+    """Wall time of each optimizer step, from ``on_step_begin`` to ``on_step_end``, with the GPU synchronised at both
+    ends (TRL's own ``step_time`` is taken without a sync, so on a GPU it times kernel launches, not the work)."""
+
+    def __new__(cls, device):
+        from transformers import TrainerCallback
+
+        class _Clock(TrainerCallback):
+            def __init__(self):
+                self.times, self._t0 = [], None
+
+            def _now(self):
+                if device == "cuda":
+                    import torch
+
+                    torch.cuda.synchronize()
+                return time.perf_counter()
+
+            def on_step_begin(self, args, state, control, **kwargs):
+                self._t0 = self._now()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                self.times.append(self._now() - self._t0)
+
+        return _Clock()
+
+
+def run_once(name, overrides, model_state, shape, a, dataset, tokenizer, device, dtype, steps=None):
     import torch
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -87,9 +120,9 @@ def run_once(name, overrides, model_state, shape, a, dataset, tokenizer, device,
 
     model = build_model(shape, device, dtype)
     model.load_state_dict(model_state)
-    kw = dict(output_dir=tempfile.mkdtemp(prefix="gpu_check-"), max_steps=a.steps, seed=0, report_to="none",
+    kw = dict(output_dir=tempfile.mkdtemp(prefix="gpu_check-"), max_steps=steps or a.steps, seed=0, report_to="none",
               save_strategy="no", logging_steps=1, disable_tqdm=True, per_device_train_batch_size=a.batch,
-              num_generations=a.generations, max_completion_length=a.completion_length, steps_per_generation=2,
+              num_generations=a.generations, max_completion_length=a.completion_length, steps_per_generation=a.steps_per_generation,
               learning_rate=1e-6, temperature=1.0, top_k=0, top_p=1.0, beta=0.0, bf16=dtype == torch.bfloat16,
               use_cpu=device == "cpu", gradient_checkpointing=a.gradient_checkpointing, dataloader_num_workers=0)
     if overrides is None:
@@ -100,6 +133,8 @@ def run_once(name, overrides, model_state, shape, a, dataset, tokenizer, device,
                                      args=GRPOEntropyConfig(**kw, **overrides), train_dataset=dataset,
                                      processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
+    clock = StepClock(device)
+    trainer.add_callback(clock)
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -108,7 +143,7 @@ def run_once(name, overrides, model_state, shape, a, dataset, tokenizer, device,
     trainer.train()
     wall = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
-    times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][a.skip:]
+    times = clock.times
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     del trainer, model
     if device == "cuda":
@@ -123,8 +158,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="a 1-layer model and short completions (smoke test)")
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the median")
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--skip", type=int, default=4, help="first steps of each run left out of the medians")
+    p.add_argument("--steps-per-generation", type=int, default=4)
+    p.add_argument("--json", default=None, help="write every run's step times here")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--batch", type=int, default=8, help="per_device_train_batch_size (completions per step)")
     p.add_argument("--generations", type=int, default=8)
@@ -134,7 +171,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.tiny:
         a.completion_length = min(a.completion_length, 8)
-        a.steps, a.repeats, a.skip = min(a.steps, 4), 1, 1
+        a.steps, a.repeats, a.skip, a.steps_per_generation = min(a.steps, 6), 1, 2, 2
     shape = TINY if a.tiny else QWEN05B
     dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
     tokenizer = build_tokenizer(shape["vocab_size"])
@@ -144,29 +181,54 @@ def main(argv=None) -> int:
     dataset = Dataset.from_dict({"prompt": prompts})
     model_state = {k: v.clone() for k, v in build_model(shape, a.device, dtype).state_dict().items()}
 
-    samples = {n: [] for n in a.configs}
+    def split(times):
+        """(train-only, generation) step times after the first ``skip`` steps; step i generates iff i % spg == 0."""
+        kept = list(enumerate(times))[a.skip:]
+        return ([t for i, t in kept if i % a.steps_per_generation], [t for i, t in kept if not i % a.steps_per_generation])
+
+    import json
+
+    run_once("warm-up", None, model_state, shape, a, dataset, tokenizer, a.device, dtype,
+             steps=a.steps_per_generation + 1)
+    train_only = {n: [] for n in a.configs}
+    generation = {n: [] for n in a.configs}
+    per_repeat = {n: [] for n in a.configs}
     peaks = {n: [] for n in a.configs}
+    record = []
     for r in range(a.repeats):
-        for name in a.configs:
+        order = a.configs[r % len(a.configs):] + a.configs[:r % len(a.configs)]
+        for name in order:
             times, peak, wall, losses = run_once(name, CONFIGS[name], model_state, shape, a, dataset, tokenizer,
                                                  a.device, dtype)
-            samples[name] += times
+            tr, gen = split(times)
+            train_only[name] += tr
+            generation[name] += gen
+            per_repeat[name].append(statistics.median(tr) if tr else float("nan"))
             peaks[name].append(peak)
+            record.append({"config": name, "repeat": r, "step_times": times, "peak_mib": peak, "wall_s": wall})
             ok = all(x == x and abs(x) != float("inf") for x in losses)
-            print(f"  repeat {r} {name:<28} median step {1000 * statistics.median(times):8.1f} ms  "
-                  f"peak {peak:9.1f} MiB  run {wall:6.1f} s  finite losses: {ok}", flush=True)
+            print(f"  repeat {r} {name:<28} train-only step {1000 * per_repeat[name][-1]:8.1f} ms  generation step "
+                  f"{1000 * statistics.median(gen) if gen else float('nan'):8.1f} ms  peak {peak:9.1f} MiB  "
+                  f"run {wall:6.1f} s  finite losses: {ok}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"args": vars(a), "runs": record}, f)
 
     gpu = torch.cuda.get_device_name() if a.device == "cuda" else "CPU"
     print(f"\n{gpu}; model {'tiny' if a.tiny else 'Qwen2.5-0.5B-sized'} (vocabulary {shape['vocab_size']}), "
-          f"{a.batch} completions x {a.completion_length} tokens per step, {a.steps} steps x {a.repeats} repeats, "
-          f"steps_per_generation=2, dtype {dtype}")
-    base_t = statistics.median(samples[a.configs[0]])
-    base_m = statistics.median(peaks[a.configs[0]])
-    header = f"{'configuration':<28} {'median step ms':>14} {'vs TRL':>7} {'peak MiB':>10} {'vs TRL':>7}"
+          f"{a.batch} completions x {a.completion_length} tokens per step, {a.steps} steps x {a.repeats} repeats "
+          f"(first {a.skip} of each run skipped), steps_per_generation={a.steps_per_generation}, dtype {dtype}")
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    base = a.configs[0]
+    bt, bg, bm = med(train_only[base]), med(generation[base]), med(peaks[base])
+    header = (f"{'configuration':<28} {'train-only ms':>13} {'vs TRL':>7} {'per repeat (ms)':>24} "
+              f"{'generation ms':>13} {'vs TRL':>7} {'peak MiB':>10} {'vs TRL':>7}")
     print(header + "\n" + "-" * len(header))
     for name in a.configs:
-        t, m = statistics.median(samples[name]), statistics.median(peaks[name])
-        print(f"{name:<28} {1000 * t:>14.1f} {t / base_t:>6.3f}x {m:>10.1f} {m / base_m:>6.3f}x")
+        t, g, m = med(train_only[name]), med(generation[name]), med(peaks[name])
+        reps = ", ".join(f"{1000 * x:.0f}" for x in per_repeat[name])
+        print(f"{name:<28} {1000 * t:>13.1f} {t / bt:>6.3f}x {reps:>24} {1000 * g:>13.1f} {g / bg:>6.3f}x "
+              f"{m:>10.1f} {m / bm:>6.3f}x")
     return 0
 
 
