@@ -15,6 +15,13 @@ variant of the feedback bonus's law, see docs/benchmarks.md) on the given target
 The fit is least squares with one intercept per seed (the seeds train on different data orders and differ more than
 the laws do). Printed: the coefficients (reward per nat, per unit of |c|), R², and for each seed the spread of the
 final reward across the bonus's law variants, which measures how much of a final-reward difference is chance.
+
+A run cached twice (once plain, once with `tracking.py --final_eval`: the same configuration, trained again and
+evaluated; its curves agree to ~1e-3) counts once, with the plain run's curves. The runs with
+a final evaluation get a second table, per seed: the trained policy's accuracy (16 samples per problem at temperature
+1, and greedy, over the 163 train problems) next to the coefficient's mean, its mean magnitude, its mean step-to-step
+change |Δc| (chatter: effort that averages out of the entropy but not out of the optimizer) and the share of steps
+with a penalty (c < 0).
 """
 
 from __future__ import annotations
@@ -36,16 +43,28 @@ def mean_reward(values) -> float:
 
 
 def observations(path: str, target: str) -> list[dict]:
-    out = []
+    """One dict per distinct run: the features, outcomes, coefficient statistics and ``final_eval`` (or None)."""
+    out, seen = [], set()
     with open(path) as f:
         for line in f:
             row = json.loads(line)
             if row.get("knob_name") != "entropy_coef" or not row["label"].startswith(f"{target}/"):
                 continue
+            # the evaluated copy's cache key is the plain run's plus a marker (benchmarks/_runs.py)
+            same_training = row.get("key", "").replace(', "final_eval:v1"', "") or (row["label"], row["seed"])
+            if same_training in seen:
+                if row.get("final_eval"):  # the evaluated copy of a run already read: keep its evaluation
+                    next(o for o in out if o["key"] == same_training)["final_eval"] = row["final_eval"]
+                continue
+            seen.add(same_training)
             measured = row["measured"]
             reward = row["reward"]  # per step; None where no generation batch was scored
-            coef = [abs(c) for c in row["knob"] if c is not None]
+            signed = [c for c in row["knob"] if c is not None]
+            coef = [abs(c) for c in signed]
             out.append({
+                "key": same_training, "final_eval": row.get("final_eval"), "mean c": statistics.mean(signed),
+                "|dc|": statistics.mean(abs(b - a) for a, b in zip(signed, signed[1:])) if len(signed) > 1 else 0.0,
+                "penalty share": sum(c < 0 for c in signed) / len(signed),
                 "label": row["label"], "seed": row["seed"],
                 "early H": statistics.mean(measured[:EARLY]), "late H": statistics.mean(measured[EARLY:]),
                 "|c|": statistics.mean(coef),
@@ -92,6 +111,24 @@ def main(argv=None) -> None:
               f"{statistics.stdev(finals):.3f}, {min(finals):.3f}–{max(finals):.3f} | "
               f"{trl[0]['early H']:.2f}, {trl[0]['|c|']:.2f} | "
               f"{statistics.mean(o['early H'] for o in ours):.2f}, {statistics.mean(o['|c|'] for o in ours):.2f} |")
+    evaluated = [o for o in obs if o["final_eval"] and o["label"] in
+                 (f"{a.target}/trl_adaptive_entropy", f"{a.target}/entropy_bonus")]
+    if evaluated:
+        print("\nTrained policies (tracking.py --final_eval): accuracy over the 163 train problems, 16 samples each at "
+              "temperature 1 (sampled) and greedy; the coefficient over the run.")
+        print("| seed | method | sampled | greedy | mean c | mean \\|c\\| | mean \\|Δc\\| per step | penalty share |")
+        print("|---|---|---|---|---|---|---|---|")
+        for o in sorted(evaluated, key=lambda o: (o["seed"], o["label"])):
+            e = o["final_eval"]
+            print(f"| {o['seed']} | {o['label'].split('/', 1)[1]} | {e['train_sampled']:.3f} | {e['train_greedy']:.3f} | "
+                  f"{o['mean c']:+.3f} | {o['|c|']:.3f} | {o['|dc|']:.3f} | {100 * o['penalty share']:.0f}% |")
+        pairs = [(t, b) for t in evaluated for b in evaluated if t["seed"] == b["seed"]
+                 and t["label"].endswith("/trl_adaptive_entropy") and b["label"].endswith("/entropy_bonus")]
+        if len(pairs) >= 2:
+            for key, name in (("train_sampled", "sampled"), ("train_greedy", "greedy")):
+                d = [b["final_eval"][key] - t["final_eval"][key] for t, b in pairs]
+                print(f"bonus - TRL's rule, {name} accuracy, paired over {len(d)} seeds: "
+                      f"{statistics.mean(d):+.3f} ± {statistics.stdev(d):.3f} (" + ", ".join(f"{x:+.3f}" for x in d) + ")")
 
 
 if __name__ == "__main__":

@@ -182,11 +182,14 @@ def main(argv=None) -> None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])
                 zero = [v for v in r.get("frac_reward_zero_std") or [] if v is not None]
-                coef = [abs(v) for v in r.get("knob") or [] if v is not None] if r.get("knob_name") == "entropy_coef" \
+                signed = [v for v in r.get("knob") or [] if v is not None] if r.get("knob_name") == "entropy_coef" \
                     else []
+                coef = [abs(v) for v in signed]
+                chatter = [abs(b - c) for c, b in zip(signed, signed[1:])]
                 rows.append((target_name, name, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
                              overshoot(r["measured"], r["target"]), sum(zero) / len(zero) if zero else None,
-                             sum(coef) / len(coef) if coef else None, r.get("final_eval"), second_half(r)))
+                             sum(coef) / len(coef) if coef else None, r.get("final_eval"), second_half(r),
+                             sum(chatter) / len(chatter) if chatter else None))
                 print(f"  seed {seed} {target_name:<8} {name:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
                       f"settle {settle}", flush=True)
 
@@ -195,10 +198,11 @@ def main(argv=None) -> None:
           "|MA10(H) - MA10(target)| / MA10(target); raw err without smoothing; final H over the last 10% of steps, "
           "final reward over the last 10% of the logged rewards (TRL logs one per generation batch); "
           "zero-std groups: TRL's frac_reward_zero_std over the run (groups with one advantage sign only, or none); "
-          "mean |c|: the entropy coefficient's mean magnitude over the run (control effort; coefficient knobs only).")
+          "mean |c|: the entropy coefficient's mean magnitude over the run (control effort; coefficient knobs only); "
+          "|Δc|: its mean step-to-step change (chatter).")
     header = ("| target | method | err | raw err | overshoot | settle step | final H | final reward | "
-              "zero-std groups | mean \\|c\\| | err vs TRL's rule | seeds |")
-    print(header + "\n" + "|---" * 12 + "|")
+              "zero-std groups | mean \\|c\\| | \\|Δc\\| | err vs TRL's rule | seeds |")
+    print(header + "\n" + "|---" * 13 + "|")
     for target_name in targets:
         trl = [r[3] for r in rows if r[0] == target_name and r[1] == "trl_adaptive_entropy"]
         trl_mean = statistics.mean(trl) if trl else None
@@ -214,10 +218,12 @@ def main(argv=None) -> None:
             zero_txt = f"{mean_sd(zero, 0)}%" if zero else "–"
             coef = [r[10] for r in rs if r[10] is not None]
             coef_txt = mean_sd(coef, 2) if coef else "–"
+            chatter = [r[13] for r in rs if r[13] is not None]
+            chatter_txt = mean_sd(chatter, 3) if chatter else "–"
             print(f"| {target_name} | {method} | {mean_sd([100 * e for e in errs], 1)}% | "
                   f"{mean_sd([100 * r[4] for r in rs], 1)}% | {mean_sd([100 * r[8] for r in rs], 1)}% | "
                   f"{settle_txt} | {mean_sd([r[6] for r in rs])} | "
-                  f"{mean_sd([r[7] for r in rs])} | {zero_txt} | {coef_txt} | {ratio} | {', '.join(str(r[2]) for r in rs)} |")
+                  f"{mean_sd([r[7] for r in rs])} | {zero_txt} | {coef_txt} | {chatter_txt} | {ratio} | {', '.join(str(r[2]) for r in rs)} |")
     if a.final_eval:
         print_final_eval(rows, targets, a.methods, start_eval(cache, a.results, a.testbed, a.cached_only), steps)
 
