@@ -109,6 +109,33 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     return r
 
 
+def coefficient_stats(run: dict) -> dict | None:
+    """The signed entropy coefficient's statistics over a run whose knob is ``entropy_coef`` (else ``None``):
+    ``mean c``, ``|c|`` (its mean magnitude: control effort), ``|dc|`` (its mean step-to-step change: chatter) and
+    ``penalty share`` (the fraction of steps with ``c < 0``)."""
+    if run.get("knob_name") != "entropy_coef":
+        return None
+    signed = [v for v in run.get("knob") or [] if v is not None]
+    if not signed:
+        return None
+    steps = list(zip(signed, signed[1:]))
+    return {
+        "mean c": sum(signed) / len(signed),
+        "|c|": sum(abs(v) for v in signed) / len(signed),
+        "|dc|": sum(abs(b - a) for a, b in steps) / len(steps) if steps else 0.0,
+        "penalty share": sum(v < 0 for v in signed) / len(signed),
+    }
+
+
+def second_half_reward(run: dict) -> float | None:
+    """Mean of the logged rewards over the second half of the run's steps (TRL logs one per scored generation
+    batch): a steadier reading than the last two batches."""
+    rewards = run.get("reward") or []
+    steps = run.get("step") or list(range(1, len(rewards) + 1))  # rows without steps: one reward per step
+    half = [x for s, x in zip(steps, rewards) if x is not None and s > max(steps, default=0) / 2]
+    return sum(half) / len(half) if half else None
+
+
 def window_mean(values, center: int, half: int = 5) -> float:
     window = [v for v in values[max(0, center - half): center + half] if v is not None]
     return sum(window) / len(window) if window else float("nan")

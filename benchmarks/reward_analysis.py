@@ -31,6 +31,7 @@ import json
 import statistics
 
 import numpy as np
+from _runs import coefficient_stats, second_half_reward
 
 FEATURES = ("early H", "late H", "|c|")
 OUTCOMES = ("final reward", "reward, last 20 steps", "reward, second half")
@@ -59,17 +60,14 @@ def observations(path: str, target: str) -> list[dict]:
             seen.add(same_training)
             measured = row["measured"]
             reward = row["reward"]  # per step; None where no generation batch was scored
-            signed = [c for c in row["knob"] if c is not None]
-            coef = [abs(c) for c in signed]
+            coef = coefficient_stats(row)
             out.append({
-                "key": same_training, "final_eval": row.get("final_eval"), "mean c": statistics.mean(signed),
-                "|dc|": statistics.mean(abs(b - a) for a, b in zip(signed, signed[1:])) if len(signed) > 1 else 0.0,
-                "penalty share": sum(c < 0 for c in signed) / len(signed),
+                "key": same_training, "final_eval": row.get("final_eval"), "mean c": coef["mean c"],
+                "|dc|": coef["|dc|"], "penalty share": coef["penalty share"], "|c|": coef["|c|"],
                 "label": row["label"], "seed": row["seed"],
                 "early H": statistics.mean(measured[:EARLY]), "late H": statistics.mean(measured[EARLY:]),
-                "|c|": statistics.mean(coef),
                 "final reward": row["final_reward"], "reward, last 20 steps": mean_reward(reward[-20:]),
-                "reward, second half": mean_reward(reward[len(reward) // 2:]),
+                "reward, second half": second_half_reward(row),
             })
     return out
 

@@ -34,7 +34,9 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import cached_run, load_results, mean_sd, moving_average  # noqa: E402
+from _runs import (  # noqa: E402
+    cached_run, coefficient_stats, load_results, mean_sd, moving_average, second_half_reward,
+)
 
 warnings.filterwarnings("ignore")
 
@@ -182,14 +184,10 @@ def main(argv=None) -> None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])
                 zero = [v for v in r.get("frac_reward_zero_std") or [] if v is not None]
-                signed = [v for v in r.get("knob") or [] if v is not None] if r.get("knob_name") == "entropy_coef" \
-                    else []
-                coef = [abs(v) for v in signed]
-                chatter = [abs(b - c) for c, b in zip(signed, signed[1:])]
+                coef = coefficient_stats(r) or {}
                 rows.append((target_name, name, seed, err, raw, settle, r["final_entropy"], r["final_reward"],
                              overshoot(r["measured"], r["target"]), sum(zero) / len(zero) if zero else None,
-                             sum(coef) / len(coef) if coef else None, r.get("final_eval"), second_half(r),
-                             sum(chatter) / len(chatter) if chatter else None))
+                             coef.get("|c|"), r.get("final_eval"), second_half_reward(r), coef.get("|dc|")))
                 print(f"  seed {seed} {target_name:<8} {name:<22} err {100 * err:6.1f}%  raw {100 * raw:6.1f}%  "
                       f"settle {settle}", flush=True)
 
@@ -229,14 +227,6 @@ def main(argv=None) -> None:
 
 
 EVAL_COLUMNS = ("train_sampled", "test_sampled", "train_greedy", "test_greedy")
-
-
-def second_half(run) -> float | None:
-    """Mean of the logged rewards over the second half of the steps (a steadier reading than the last two
-    generation batches)."""
-    steps, rewards = run.get("step") or [], run.get("reward") or []
-    half = [x for s, x in zip(steps, rewards) if x is not None and s > max(steps, default=0) / 2]
-    return sum(half) / len(half) if half else None
 
 
 def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bool) -> dict | None:

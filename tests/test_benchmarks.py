@@ -10,6 +10,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
+import _runs  # noqa: E402
 import knob_authority  # noqa: E402
 import tracking  # noqa: E402
 
@@ -144,5 +145,5 @@ def test_final_eval_evaluates_the_trained_policy_under_its_own_cache_key(tmp_pat
 
 def test_second_half_reward_averages_the_logged_rewards_after_the_middle_step():
     run = {"step": [1, 2, 3, 4, 5, 6], "reward": [0.0, None, None, 1.0, None, 0.5]}
-    assert tracking.second_half(run) == 0.75
-    assert tracking.second_half({"step": [], "reward": []}) is None
+    assert _runs.second_half_reward(run) == 0.75
+    assert _runs.second_half_reward({"step": [], "reward": []}) is None
