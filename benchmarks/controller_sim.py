@@ -58,7 +58,8 @@ def tracking_error(measured, targets):
 
 
 def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=False):
-    """The tracking error of one run (with ``effort``: the pair (error, rms of the applied coefficient))."""
+    """The tracking error of one run (with ``effort``: the triple (error, rms of the applied coefficient, its mean
+    step-to-step change |dc|, the chatter))."""
     rng = random.Random(seed)
     controller = make_controller()
     entropy, averaged, measured, targets, applied = H0, 0.0, [], [], []
@@ -73,7 +74,10 @@ def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=Fals
         pull = max(0.0, pull + 0.004 * rng.gauss(0, 1))
         entropy = max(0.02, entropy * math.exp(g * averaged - pull + 0.02 * rng.gauss(0, 1)))
     error = tracking_error(measured, targets)
-    return (error, math.sqrt(statistics.mean(c * c for c in applied))) if effort else error
+    if not effort:
+        return error
+    chatter = statistics.mean(abs(b - a) for a, b in zip(applied, applied[1:]))
+    return error, math.sqrt(statistics.mean(c * c for c in applied)), chatter
 
 
 def evaluate(make_controller, seeds=6, noise=0.15):
@@ -82,8 +86,9 @@ def evaluate(make_controller, seeds=6, noise=0.15):
                                      for plant in PLANTS for s in range(seeds)) for kind in ("hold", "wsd")}
     by_g = {g: statistics.mean(simulate(make_controller, g, b, p, "hold", s, noise)
                                for (gg, b, p) in PLANTS if gg == g for s in range(seeds)) for g in AUTHORITIES}
-    by_kind["effort"] = statistics.mean(simulate(make_controller, *plant, "hold", s, noise, effort=True)[1]
-                                        for plant in PLANTS for s in range(seeds))
+    runs = [simulate(make_controller, *plant, "hold", s, noise, effort=True) for plant in PLANTS for s in range(seeds)]
+    by_kind["effort"] = statistics.mean(r[1] for r in runs)
+    by_kind["chatter"] = statistics.mean(r[2] for r in runs)
     return by_kind, by_g
 
 
@@ -108,12 +113,12 @@ def main(argv=None):
     p.add_argument("--noise", type=float, default=0.15)
     p.add_argument("--grid", action="store_true", help="also search kp, ki, horizon and bounds for the adaptive law")
     a = p.parse_args(argv)
-    print(f"| law | hold | wsd | hold, g = {' / '.join(map(str, AUTHORITIES))} | rms coefficient (hold) |\n"
-          "|---|---|---|---|---|")
+    print(f"| law | hold | wsd | hold, g = {' / '.join(map(str, AUTHORITIES))} | rms coefficient (hold) | |dc| (hold) |\n"
+          "|---|---|---|---|---|---|")
     for name, make in LAWS.items():
         by_kind, by_g = evaluate(make, a.seeds, a.noise)
         print(f"| {name} | {100 * by_kind['hold']:.1f}% | {100 * by_kind['wsd']:.1f}% | "
-              f"{' / '.join(f'{100 * v:.1f}%' for v in by_g.values())} | {by_kind['effort']:.3f} |", flush=True)
+              f"{' / '.join(f'{100 * v:.1f}%' for v in by_g.values())} | {by_kind['effort']:.3f} | {by_kind['chatter']:.3f} |", flush=True)
     if a.grid:
         rows = []
         for kp, ki, horizon, bound in itertools.product((0.2, 0.25, 0.3), (0.01, 0.015, 0.02), (4, 6, 8),
