@@ -79,6 +79,9 @@ CONTROL_CONFIGS = {
     "entropy_bonus_initial": dict(entropy_control="entropy_bonus", entropy_schedule="wsd",
                                   entropy_schedule_start="initial", entropy_schedule_end="0.5*initial",
                                   entropy_schedule_anneal_ratio=0.5),
+    # the control acts on the generation batch's ratio estimate (H_gen from TRL's old-log-prob pass, reduced over ranks)
+    "entropy_bonus_generation_batch": dict(entropy_control="entropy_bonus", entropy_schedule_start=2.6,
+                                           entropy_measurement="generation_batch"),
     "trl_adaptive": dict(entropy_control="trl_adaptive", entropy_schedule_start=2.6, entropy_coef_delta=0.01),
     # adaptive clip with a one-step-wide range: saturated at once, so the bonus takes over within the run
     "adaptive_clip_assist": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.63, adaptive_clip_window=1,

@@ -237,7 +237,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     final = policy_evaluation(trainer.model, tokenizer, tb, base.get("max_completion_length"), settings.seed) \
         if final_eval else None
     extra_keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "clip_ratio/region_mean", "completions/mean_length",
-                  "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale")
+                  "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale",
+                  "entropy_control/measured_generation_batch")
     return {
         "method": name,
         "description": description,

@@ -8,6 +8,7 @@ from .controllers import (
     SaturationMonitor,
 )
 from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
+from .measurement import entropy_sums, generation_batch_entropy
 from .schedules import (
     CallableSchedule,
     ConstantSchedule,
@@ -38,4 +39,6 @@ __all__ = [
     "WSDSchedule",
     "make_schedule",
     "schedule_label",
+    "entropy_sums",
+    "generation_batch_entropy",
 ]

@@ -84,6 +84,7 @@ COEFFICIENT_CONTROLS = _RegisteredControls(lambda cls: cls.knob_name == "entropy
 ENTROCRAFT_MODES = ("stochastic", "hard")
 ENTROCRAFT_NORMALIZERS = ("kept", "all")
 ENTROCRAFT_ENTROPY_SOURCES = ("auto", "scoring_pass", "extra_pass", "lagged")
+ENTROPY_MEASUREMENTS = ("step", "generation_batch")
 POSITIVE_REWEIGHT_SCHEDULES = ("entropy", "stage", "epoch")
 SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
 # Loss types whose surrogate is the clipped ratio min(r A, clip(r, 1-eps_low, 1+eps_high) A), where epsilon_high is
@@ -229,6 +230,16 @@ class GRPOEntropyConfig(GRPOConfig):
             at a limit of its range (e.g. `epsilon_high` at `adaptive_clip_max`, lambda at 0, Entrocraft outside its
             band) while the error kept asking to go further the same way: the target lies beyond what the knob can
             reach here. Logged every step as `entropy_control/saturated` (1 or 0); the first time, a warning says so.
+        entropy_measurement (`str`, *optional*, defaults to `"step"`):
+            The entropy a control acts on, once per optimizer step. `"step"`: the token-mean entropy of the step's
+            own completions under the current policy (with `steps_per_generation` k > 1, a 1/k share of the
+            generation batch, so the reading varies with which completions the step drew). `"generation_batch"`:
+            the current policy's entropy on the whole generation batch, estimated from the step's tokens as
+            `H_gen(batch) * sum(H_now) / sum(H_gen)`, where `H_gen` is each token's entropy under the policy that
+            generated it, taken from the old-log-prob forward TRL already runs for off-policy updates (no extra
+            forward). The ratio cancels the spread between completions and keeps the policy's change. Where TRL
+            runs no such forward (an optimizer step covers whole generation batches), it equals `"step"`. Logged as
+            `entropy_control/measured_generation_batch`; `entropy_control/measured` stays the step's own reading.
 
     > Feedback entropy bonus (`entropy_control="entropy_bonus"`; also `entropy_bonus_assist`)
 
@@ -465,6 +476,12 @@ class GRPOEntropyConfig(GRPOConfig):
         default=20,
         metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
                   "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
+    )
+    entropy_measurement: str = field(
+        default="step",
+        metadata={"help": "The entropy a control acts on: 'step' (the optimizer step's own completions) or "
+                  "'generation_batch' (the current policy's entropy on the whole generation batch, estimated from "
+                  "the step's tokens against their entropy at generation; no extra forward)."},
     )
     entropy_bonus_kp: float = field(
         default=0.25,
@@ -825,6 +842,7 @@ class GRPOEntropyConfig(GRPOConfig):
         # adaptive clip
         if not _is_number(self.adaptive_clip_delta) or self.adaptive_clip_delta <= 0:
             raise ValueError(f"adaptive_clip_delta must be a finite number > 0, got {self.adaptive_clip_delta!r}.")
+        self._validate_choice("entropy_measurement", ENTROPY_MEASUREMENTS)
         if isinstance(self.saturation_window, bool) or not isinstance(self.saturation_window, int) \
                 or self.saturation_window < 1:
             raise ValueError(f"saturation_window must be an integer >= 1, got {self.saturation_window!r}.")

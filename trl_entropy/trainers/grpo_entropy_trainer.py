@@ -62,6 +62,7 @@ from ..losses.policy_loss import (
 )
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
+from ..scheduling.measurement import entropy_sums, generation_batch_entropy
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
@@ -221,7 +222,9 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             self._ec_stop_vllm_at_every_eos()
         self._init_fault_handling(args)  # guarded reward functions, fault counters (trainers/faults.py)
         self.entropy_control = build_control(args)
-        self._ec_window: torch.Tensor | None = None  # (Σ entropy·mask, Σ mask) over this step's micro-batches
+        # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known) over this step's micro-batches
+        self._ec_window: torch.Tensor | None = None
+        self._ec_generation_entropy: float | None = None  # the buffered generation batch's mean H_gen (global)
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
         self._ec_capture_logps = False  # armed by _additive_compute_loss for TRL's loss forward only
@@ -405,25 +408,56 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             return "scoring_pass" if self._trl_runs_scoring_pass() else "lagged"
         return source
 
+    def _pairs_generation_entropy(self) -> bool:
+        """Whether this generation batch's per-token entropies at generation are kept for
+        ``entropy_measurement="generation_batch"`` (only where TRL runs its old-log-prob forward: otherwise an
+        optimizer step covers whole generation batches and its own reading is the batch's)."""
+        return (self.entropy_control is not None and self.model.training
+                and getattr(self.args, "entropy_measurement", "step") == "generation_batch"
+                and self._trl_runs_scoring_pass())
+
+    def _attach_generation_entropies(self, output) -> None:
+        """Put the captured per-token entropies at generation into the batch (``ec_generation_entropies``: TRL's
+        shuffle and split carry it to each optimizer step with its rows) and record the batch's global mean."""
+        entropies = self._ec_scoring_entropies
+        self._ec_generation_entropy = None
+        if entropies is None or entropies.shape != output["completion_mask"].shape:
+            return
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        output["ec_generation_entropies"] = entropies
+        totals = self.accelerator.reduce(entropy_sums(entropies, mask)[:2], "sum")
+        count = float(totals[1])
+        value = float(totals[0]) / count if count > 0 else float("nan")
+        self._ec_generation_entropy = value if math.isfinite(value) else None
+
     def _generate_and_score_completions(self, inputs):
         control = self.entropy_control
-        if control is None or not control.uses_rollouts or not self.model.training:
+        paired = self._pairs_generation_entropy()
+        rollouts = control is not None and control.uses_rollouts and self.model.training
+        if not rollouts and not paired:
             output = self._check_finite_advantages(super()._generate_and_score_completions(inputs))
             self._resolve_initial_entropy(output)
             return output
-        source = self._rollout_entropy_source()
+        source = self._rollout_entropy_source() if rollouts else None
         self._ec_scoring_entropies = None
         # Armed only when TRL runs the policy's old-log-prob pass (the same condition as TRL's); it comes before the
         # reference pass, and the first policy forward disarms it. Without it, "scoring_pass" falls back to an extra
         # pass in `_rollout_entropy`.
         self._ec_policy_adapter = self._peft_policy_adapter()
-        self._ec_score_capture = source == "scoring_pass" and self._trl_runs_scoring_pass()
+        self._ec_score_capture = (paired or source == "scoring_pass") and self._trl_runs_scoring_pass()
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
             self._ec_score_capture = False
         output = self._check_finite_advantages(output)
+        if paired:
+            self._attach_generation_entropies(output)
         self._resolve_initial_entropy(output)
+        if not rollouts:
+            self._ec_scoring_entropies = None
+            return output
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
@@ -663,26 +697,26 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                     mask = inputs["completion_mask"]
                     if "tool_mask" in inputs:
                         mask = mask * inputs["tool_mask"]
-                self._accumulate_entropy(entropies, mask)
+                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"))
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()
         return loss
 
-    def _accumulate_entropy(self, entropies: torch.Tensor, mask: torch.Tensor) -> None:
-        mask = mask.to(entropies.dtype)
-        stats = torch.stack([(entropies * mask).sum(), mask.sum()]).float()
+    def _accumulate_entropy(self, entropies: torch.Tensor, mask: torch.Tensor, generation=None) -> None:
+        stats = entropy_sums(entropies, mask, generation)
         self._ec_window = stats if self._ec_window is None else self._ec_window + stats
 
-    def _reduce_window(self) -> tuple[float, float]:
-        """All-reduce this step's (Σ entropy·mask, Σ mask); returns (measured entropy, token count), global."""
+    def _reduce_window(self) -> tuple[float, float, float | None]:
+        """All-reduce this step's entropy sums (`entropy_sums`); returns (measured entropy, token count, the
+        generation-batch estimate or ``None``), global."""
         window = self._ec_window
         if window is None:
-            window = torch.zeros(2, device=self.accelerator.device)
+            window = torch.zeros(4, device=self.accelerator.device)
         self._ec_window = None
         totals = self.accelerator.reduce(window, reduction="sum")
         count = float(totals[1].item())
         measured = float(totals[0].item()) / count if count > 0 else float("nan")
-        return measured, count
+        return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals.tolist())
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
         """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum.
@@ -699,7 +733,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
     def _on_optimizer_step_boundary(self) -> None:
         self._ec_micro_in_step = 0
         self._ec_plan = {}
-        measured, count = self._reduce_window()
+        measured, count, batch_estimate = self._reduce_window()
         control = self.entropy_control
         if control is not None and control.uses_token_hooks:
             totals = self._reduce_step_counts(control.step_counts())
@@ -717,6 +751,10 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             return
         self.last_measured_entropy = measured
         log_metric(self, METRIC_PREFIX + "measured", measured)
+        acted_on = measured  # what the control observes: the step's reading, or the generation-batch estimate
+        if batch_estimate is not None:
+            acted_on = batch_estimate
+            log_metric(self, METRIC_PREFIX + "measured_generation_batch", batch_estimate)
         control = self.entropy_control
         if control is None:
             return
@@ -728,11 +766,11 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             if control.follows_target:  # a control that ignores the target has no tracking error, only a reference
                 log_metric(self, METRIC_PREFIX + "tracking_error", measured - target)
                 log_metric(self, METRIC_PREFIX + "relative_tracking_error", abs(measured - target) / max(target, 1e-8))
-        control.observe(measured, target)
+        control.observe(acted_on, target)
         for key, value in control.metrics().items():
             log_metric(self, METRIC_PREFIX + key, value)
         if target is not None and control.follows_target:
-            self._check_saturation(control, measured, target)
+            self._check_saturation(control, acted_on, target)
         control.apply(self)
 
     def _check_saturation(self, control, measured: float, target: float) -> None:

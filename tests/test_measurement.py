@@ -1,0 +1,129 @@
+"""entropy_measurement="generation_batch": the ratio estimate of the policy's entropy on the whole generation batch,
+alone (hand-computed cases, its variance against the plain reading) and through TRL's training loop."""
+
+import math
+import random
+import statistics
+
+import pytest
+import torch
+from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_kwargs, tiny_model, tiny_tokenizer
+
+from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+from trl_entropy.scheduling import entropy_sums, generation_batch_entropy
+
+
+def test_sums_by_hand():
+    h = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    gen = torch.tensor([[2.0, 2.0], [2.0, 9.0]])
+    assert entropy_sums(h, mask, gen).tolist() == [6.0, 3.0, 6.0, 3.0]  # the masked token's 9 never counts
+    assert entropy_sums(h, mask).tolist() == [6.0, 3.0, 0.0, 0.0]
+    assert entropy_sums(h, mask, gen[:, :1]).tolist() == [6.0, 3.0, 0.0, 0.0]  # another shape: not paired
+
+
+def test_estimate_by_hand():
+    # the batch had mean entropy 1.5 at generation; this step's tokens had 6 then, 3 now: the policy halved it
+    assert generation_batch_entropy(1.5, [3.0, 3.0, 6.0, 3.0]) == pytest.approx(0.75)
+    assert generation_batch_entropy(None, [3.0, 3.0, 6.0, 3.0]) is None  # no generation batch mean
+    assert generation_batch_entropy(1.5, [3.0, 3.0, 0.0, 0.0]) is None  # unpaired step
+    assert generation_batch_entropy(1.5, [5.0, 5.0, 4.0, 3.0]) is None  # one micro-batch of two unpaired
+    assert generation_batch_entropy(1.5, [0.0, 0.0, 0.0, 0.0]) is None  # no tokens
+    assert generation_batch_entropy(1.5, [3.0, 3.0, 0.0, 3.0]) is None  # H_gen 0: no ratio
+    assert generation_batch_entropy(math.inf, [3.0, 3.0, 6.0, 3.0]) is None
+
+
+def test_the_ratio_removes_the_spread_between_the_steps_of_one_batch():
+    """A generation batch of tokens whose entropies spread widely (a lognormal, as first and later answer tokens
+    do), split into 4 steps; the policy lowers every token's entropy by 2% per step. The plain reading of a step
+    carries the spread of its quarter; the ratio estimate follows the policy."""
+    rng = random.Random(0)
+    plain_err, ratio_err = [], []
+    for _ in range(200):
+        gen = torch.tensor([math.exp(rng.gauss(-0.5, 1.0)) for _ in range(192)])
+        batch = float(gen.mean())
+        for k, part in enumerate(gen.chunk(4)):
+            now = part * 0.98**k  # the policy's true entropy on the whole batch is batch * 0.98**k
+            truth = batch * 0.98**k
+            mask = torch.ones_like(part)
+            sums = entropy_sums(now, mask, part)
+            plain_err.append(float(sums[0] / sums[1]) / truth - 1)
+            ratio_err.append(generation_batch_entropy(batch, sums.tolist()) / truth - 1)
+    assert statistics.pstdev(plain_err) > 0.1  # the quarter's own spread
+    assert max(abs(e) for e in ratio_err) < 1e-5  # a uniform change is recovered exactly
+
+
+OFF_POLICY = dict(per_device_train_batch_size=8, steps_per_generation=2)
+
+
+def make(args):
+    return GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
+                              train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+
+
+def record_windows(trainer):
+    """This rank's entropy sums of every optimizer step, as they enter the reduction."""
+    windows, reduce_window = [], trainer._reduce_window
+
+    def recording():
+        windows.append([float(x) for x in trainer._ec_window.tolist()])
+        return reduce_window()
+
+    trainer._reduce_window = recording
+    return windows
+
+
+def logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def test_with_a_frozen_policy_every_step_of_a_batch_reads_the_whole_batch(tmp_path):
+    """learning_rate 0: the policy never changes, so each token's entropy now is its entropy at generation, and the
+    estimate of both steps of a generation batch is the batch's mean: the token-weighted mean of the two steps'
+    plain readings. The control acts on it."""
+    trainer = make(tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=4,
+                             learning_rate=0.0, entropy_measurement="generation_batch", **OFF_POLICY))
+    observed, observe = [], trainer.entropy_control.observe
+    trainer.entropy_control.observe = lambda measured, target: (observed.append(measured), observe(measured, target))
+    windows = record_windows(trainer)
+    trainer.train()
+    estimates = logged(trainer, "entropy_control/measured_generation_batch")
+    plain = logged(trainer, "entropy_control/measured")
+    assert len(estimates) == len(plain) == len(windows) == 4
+    for first in (0, 2):  # steps_per_generation=2: steps 1-2 share one batch, 3-4 the next
+        w1, w2 = windows[first], windows[first + 1]
+        assert w1[3] == w1[1] and w2[3] == w2[1]  # every token paired
+        batch = (w1[0] + w2[0]) / (w1[1] + w2[1])
+        assert estimates[first] == pytest.approx(batch, rel=1e-5)
+        assert estimates[first + 1] == pytest.approx(batch, rel=1e-5)
+    assert plain[0] != plain[1]  # the steps' own readings differ (their halves differ); the estimates do not
+    assert observed == estimates
+
+
+def test_with_training_the_estimate_moves_with_the_policy(tmp_path):
+    trainer = make(tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=4,
+                             learning_rate=1e-2, entropy_measurement="generation_batch", **OFF_POLICY))
+    trainer.train()
+    estimates = logged(trainer, "entropy_control/measured_generation_batch")
+    assert len(estimates) == 4 and all(math.isfinite(v) and v > 0 for v in estimates)
+    assert estimates[1] != pytest.approx(estimates[0], rel=1e-6)  # the second step sees the first update
+
+
+def test_where_a_step_covers_its_generation_batch_it_equals_the_step_reading(tmp_path):
+    """On-policy (steps_per_generation=1): TRL runs no old-log-prob forward, the step sees its whole batch, and
+    "generation_batch" trains exactly as "step" (nothing extra is logged)."""
+    runs = {}
+    for how in ("step", "generation_batch"):
+        trainer = make(tiny_args(tmp_path / how, entropy_control="entropy_bonus", entropy_schedule_start=2.6,
+                                 max_steps=3, learning_rate=1e-2, entropy_measurement=how))
+        trainer.train()
+        assert not logged(trainer, "entropy_control/measured_generation_batch")
+        runs[how] = [{k: v for k, v in h.items() if k.startswith("entropy_control/")}
+                     for h in trainer.state.log_history]
+    assert runs["step"] == runs["generation_batch"]
+
+
+def test_an_unknown_measurement_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="entropy_measurement"):
+        GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
+                                        entropy_measurement="batch"))

@@ -1,0 +1,50 @@
+"""What a control measures: the policy's token-mean entropy, from the tokens of one optimizer step.
+
+With ``steps_per_generation`` k > 1 an optimizer step sees a 1/k share of its generation batch, so the plain reading
+(``sum(H_now * mask) / sum(mask)``) varies with which completions the step drew: on SmolLM2, 12 completions of a
+few tokens each, the readings of the k steps of one batch spread by 12-26% (relative sd) while the policy barely
+moves between them. The *generation-batch* estimate pairs each token's entropy now with its entropy under the policy
+that generated it (``H_gen``, from the old-log-prob forward that off-policy updates already run) and scales the
+batch's mean ``H_gen`` by the ratio:
+
+    H_batch_now ~= mean_batch(H_gen) * sum(H_now * mask) / sum(H_gen * mask)
+
+A ratio estimator: the token-to-token spread cancels between numerator and denominator, the policy's change since
+generation stays. On the first step after a generation (current policy = generating policy) it is exactly the
+batch's mean ``H_gen``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["entropy_sums", "generation_batch_entropy"]
+
+
+def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
+    """``[sum(H_now * m), sum(m), sum(H_gen * m), sum(m) where H_gen is known]`` over one micro-batch (float32).
+
+    ``generation`` is the tokens' entropy at generation, the shape of ``entropies``, or ``None`` (then the last two
+    entries are 0, and the step's pairing is incomplete). Summed over micro-batches and processes, the four give the
+    step's plain reading (``[0] / [1]``) and, when ``[3] == [1]``, the ratio of :func:`generation_batch_entropy`."""
+    m = mask.to(entropies.dtype)
+    now = (entropies * m).sum()
+    count = m.sum()
+    if generation is None or generation.shape != entropies.shape:
+        zero = torch.zeros((), dtype=now.dtype, device=now.device)
+        return torch.stack([now, count, zero, zero]).float()
+    gen = (generation.to(entropies.dtype) * m).sum()
+    return torch.stack([now, count, gen, count]).float()
+
+
+def generation_batch_entropy(batch_generation_entropy: float | None, sums) -> float | None:
+    """The current policy's entropy on the whole generation batch, estimated from one step's summed
+    :func:`entropy_sums` and the batch's mean entropy at generation; ``None`` when the step is not fully paired (a
+    micro-batch without ``H_gen``), has no tokens, or a value is not finite."""
+    now, count, gen, paired = (float(x) for x in sums)
+    if batch_generation_entropy is None or count <= 0 or paired != count or not gen > 0:
+        return None
+    value = batch_generation_entropy * now / gen
+    return value if math.isfinite(value) else None
