@@ -114,8 +114,13 @@ def test_where_a_step_covers_its_generation_batch_it_equals_the_step_reading(tmp
     "generation_batch" trains exactly as "step" (nothing extra is logged)."""
     runs = {}
     for how in ("step", "generation_batch"):
-        trainer = make(tiny_args(tmp_path / how, entropy_control="entropy_bonus", entropy_schedule_start=2.6,
-                                 max_steps=3, learning_rate=1e-2, entropy_measurement=how))
+        args = tiny_args(tmp_path / how, entropy_control="entropy_bonus", entropy_schedule_start=2.6,
+                         max_steps=3, learning_rate=1e-2, entropy_measurement=how)
+        if how == "step":
+            trainer = make(args)
+        else:
+            with pytest.warns(UserWarning, match="acts as \"step\": each optimizer step covers whole generation"):
+                trainer = make(args)
         trainer.train()
         assert not logged(trainer, "entropy_control/measured_generation_batch")
         runs[how] = [{k: v for k, v in h.items() if k.startswith("entropy_control/")}
@@ -127,3 +132,8 @@ def test_an_unknown_measurement_is_refused(tmp_path):
     with pytest.raises(ValueError, match="entropy_measurement"):
         GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
                                         entropy_measurement="batch"))
+
+
+def test_without_a_control_it_says_it_does_nothing(tmp_path):
+    with pytest.warns(UserWarning, match="no entropy_control is set"):
+        make(tiny_args(tmp_path, entropy_measurement="generation_batch", **OFF_POLICY))

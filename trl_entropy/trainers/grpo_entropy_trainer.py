@@ -257,6 +257,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if getattr(args, "entropy_plots", False):
             self.entropy_plot_callback = EntropyPlotCallback()
             self.add_callback(self.entropy_plot_callback)
+        if getattr(args, "entropy_measurement", "step") == "generation_batch":
+            self._check_generation_batch_measurement()
         if self.entropy_control is not None:
             self.entropy_control.rank = self.accelerator.process_index
             self.entropy_control.apply(self)
@@ -394,6 +396,19 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if not getattr(unwrapped, "has_active_enabled_adapter", True):  # inside `disable_adapter()`
             return False
         return unwrapped.active_adapter == self._ec_policy_adapter  # not the "ref" adapter
+
+    def _check_generation_batch_measurement(self) -> None:
+        """Say once, at construction, where entropy_measurement="generation_batch" changes nothing."""
+        if self.entropy_control is None:
+            why = "no entropy_control is set, so nothing acts on a measured entropy"
+        elif not self._trl_runs_scoring_pass():
+            why = (f"each optimizer step covers whole generation batches here (gradient_accumulation_steps="
+                   f"{self.args.gradient_accumulation_steps} is a multiple of steps_per_generation="
+                   f"{self.args.steps_per_generation} x num_iterations={self.num_iterations}), so the step's own "
+                   "reading already is the batch's")
+        else:
+            return
+        warnings.warn(f'entropy_measurement="generation_batch" acts as "step": {why}.', UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ rollouts (B)
     def _trl_runs_scoring_pass(self) -> bool:
