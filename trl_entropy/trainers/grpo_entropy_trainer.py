@@ -8,7 +8,9 @@ Hooks used (trl 1.16):
   * knob  (A): controls set attributes TRL's `_compute_loss` reads (e.g. `self.epsilon_high`), only at
     optimizer-step boundaries, so every micro-batch of one step sees the same value;
   * measure (D): the per-token entropies TRL already computes in its loss forward are captured (no extra pass), and
-    (Σ entropy·mask, Σ mask) is accumulated over the micro-batches of the optimizer step;
+    (Σ entropy·mask, Σ mask) is accumulated over the micro-batches of the optimizer step; with
+    `entropy_measurement="generation_batch"` also Σ H_gen·mask, where H_gen (each token's entropy at generation)
+    comes from TRL's old-log-prob pass and rides in the generation batch as `ec_generation_entropies`;
   * control (E): at the step boundary the sums are all-reduced across processes, giving one measured entropy that is
     identical on every rank, and the control updates its knob for the next step;
   * schedule (F): `EntropyScheduleCallback.on_step_begin` sets the target of the step;
