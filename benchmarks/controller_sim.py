@@ -36,6 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from trl_entropy.scheduling import EntropyBonusController  # noqa: E402
 
 H0, STEPS = 0.954, 100
+BATCH_STEPS = 4  # optimizer steps per generation batch (the SmolLM2 testbed's steps_per_generation)
+MEASUREMENTS = ("iid", "step", "generation_batch")
 AUTHORITIES = (0.4, 1.0, 2.5)
 PLANTS = [(g, beta, pull) for g in AUTHORITIES for beta in (0.8, 0.9) for pull in (0.02, 0.05)]
 
@@ -57,18 +59,31 @@ def tracking_error(measured, targets):
     return statistics.mean(abs(a - b) / b for a, b in zip(m[skip:], t[skip:]))
 
 
-def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=False):
+def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=False, measurement="iid"):
     """The tracking error of one run (with ``effort``: the triple (error, rms of the applied coefficient, its mean
-    step-to-step change |dc|, the chatter))."""
+    step-to-step change |dc|, the chatter)).
+
+    ``measurement``: ``"iid"``, the step's reading with independent noise (the model every number in the docs was
+    made with); ``"step"``, the step's reading where a quarter of the noise's variance is shared by the
+    ``BATCH_STEPS`` steps of one generation batch (its draw of prompts) and the rest is the step's own share of the
+    batch; ``"generation_batch"``, the ratio estimate of ``entropy_measurement="generation_batch"``, which keeps the
+    batch's part and drops the step's own (2% left). The error is always scored on the step's reading."""
     rng = random.Random(seed)
     controller = make_controller()
     entropy, averaged, measured, targets, applied = H0, 0.0, [], [], []
+    shared = 0.0
     for step in range(STEPS):
         goal = target(step, kind)
-        reading = entropy * (1 + noise * rng.gauss(0, 1))
+        if measurement == "iid":
+            reading = acted_on = entropy * (1 + noise * rng.gauss(0, 1))
+        else:
+            if step % BATCH_STEPS == 0:
+                shared = 0.5 * noise * rng.gauss(0, 1)
+            reading = entropy * (1 + shared + math.sqrt(0.75) * noise * rng.gauss(0, 1))
+            acted_on = reading if measurement == "step" else entropy * (1 + shared) * (1 + 0.02 * rng.gauss(0, 1))
         measured.append(reading)
         targets.append(goal)
-        coefficient = controller.update(reading, goal)
+        coefficient = controller.update(acted_on, goal)
         applied.append(coefficient)
         averaged = beta * averaged + (1 - beta) * coefficient
         pull = max(0.0, pull + 0.004 * rng.gauss(0, 1))
@@ -80,13 +95,15 @@ def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=Fals
     return error, math.sqrt(statistics.mean(c * c for c in applied)), chatter
 
 
-def evaluate(make_controller, seeds=6, noise=0.15):
+def evaluate(make_controller, seeds=6, noise=0.15, measurement="iid"):
     """Mean error per target kind over every plant, per authority on "hold", and the rms coefficient on "hold"."""
-    by_kind = {kind: statistics.mean(simulate(make_controller, *plant, kind, s, noise)
+    m = measurement
+    by_kind = {kind: statistics.mean(simulate(make_controller, *plant, kind, s, noise, measurement=m)
                                      for plant in PLANTS for s in range(seeds)) for kind in ("hold", "wsd")}
-    by_g = {g: statistics.mean(simulate(make_controller, g, b, p, "hold", s, noise)
+    by_g = {g: statistics.mean(simulate(make_controller, g, b, p, "hold", s, noise, measurement=m)
                                for (gg, b, p) in PLANTS if gg == g for s in range(seeds)) for g in AUTHORITIES}
-    runs = [simulate(make_controller, *plant, "hold", s, noise, effort=True) for plant in PLANTS for s in range(seeds)]
+    runs = [simulate(make_controller, *plant, "hold", s, noise, effort=True, measurement=m)
+            for plant in PLANTS for s in range(seeds)]
     by_kind["effort"] = statistics.mean(r[1] for r in runs)
     by_kind["chatter"] = statistics.mean(r[2] for r in runs)
     return by_kind, by_g
@@ -111,12 +128,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=6)
     p.add_argument("--noise", type=float, default=0.15)
+    p.add_argument("--measurement", default="iid", choices=MEASUREMENTS,
+                   help="the noise model and what the law acts on (see simulate)")
     p.add_argument("--grid", action="store_true", help="also search kp, ki, horizon and bounds for the adaptive law")
     a = p.parse_args(argv)
     print(f"| law | hold | wsd | hold, g = {' / '.join(map(str, AUTHORITIES))} | rms coefficient (hold) | |dc| (hold) |\n"
           "|---|---|---|---|---|---|")
     for name, make in LAWS.items():
-        by_kind, by_g = evaluate(make, a.seeds, a.noise)
+        by_kind, by_g = evaluate(make, a.seeds, a.noise, a.measurement)
         print(f"| {name} | {100 * by_kind['hold']:.1f}% | {100 * by_kind['wsd']:.1f}% | "
               f"{' / '.join(f'{100 * v:.1f}%' for v in by_g.values())} | {by_kind['effort']:.3f} | {by_kind['chatter']:.3f} |", flush=True)
     if a.grid:
@@ -125,7 +144,7 @@ def main(argv=None):
                                                          (0.3, 0.5)):
             def make(kp=kp, ki=ki, horizon=horizon, bound=bound):
                 return EntropyBonusController(kp=kp, ki=ki, horizon=horizon, c_min=-bound, c_max=bound)
-            by_kind, _ = evaluate(make, max(2, a.seeds // 2), a.noise)
+            by_kind, _ = evaluate(make, max(2, a.seeds // 2), a.noise, a.measurement)
             rows.append((by_kind["hold"] + by_kind["wsd"], kp, ki, horizon, bound, by_kind))
         for total, kp, ki, horizon, bound, by_kind in sorted(rows)[:10]:
             print(f"kp {kp} ki {ki} horizon {horizon} bounds +-{bound}: hold {100 * by_kind['hold']:.1f}% "
