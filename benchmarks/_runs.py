@@ -42,12 +42,19 @@ def package_defaults() -> dict:
     return json.loads(json.dumps(out, sort_keys=True, default=str))
 
 
+# Config fields added after runs were cached, with the value that reproduces how those runs trained (a run recorded
+# before a field existed ran as this value): such a run is still served while the field's default is that value.
+FIELDS_ADDED = {"entropy_measurement": "step"}
+
+
 def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
     """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran, leaving out the fields the
-    run set itself (``overridden``); empty for rows cached before defaults were recorded."""
+    run set itself (``overridden``); empty for rows cached before defaults were recorded. A field the row predates
+    counts as its ``FIELDS_ADDED`` value."""
     recorded = row.get("package_defaults")
     if recorded is None:
         return {}
+    recorded = {**{k: v for k, v in FIELDS_ADDED.items() if k in current}, **recorded}
     return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
             if k not in overridden and recorded.get(k) != current.get(k)}
 

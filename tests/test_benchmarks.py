@@ -121,6 +121,11 @@ def test_a_default_the_run_set_itself_does_not_count_as_changed():
     assert _runs.changed_defaults(row, now) == {"entropy_bonus_min": (-0.5, -0.1)}
     assert _runs.changed_defaults(row, now, overridden={"entropy_bonus_min"}) == {}
     assert _runs.changed_defaults({}, now) == {}  # cached before defaults were recorded
+    # a field added after the run, at the value the run trained as, is no change; at another value it is
+    assert _runs.changed_defaults(row, dict(now, entropy_measurement="step"), overridden={"entropy_bonus_min"}) == {}
+    assert _runs.changed_defaults(row, dict(now, entropy_measurement="generation_batch"),
+                                  overridden={"entropy_bonus_min"}) == {"entropy_measurement": ("step",
+                                                                                                  "generation_batch")}
 
 
 def test_final_eval_evaluates_the_trained_policy_under_its_own_cache_key(tmp_path, capsys):
