@@ -152,3 +152,11 @@ def test_second_half_reward_averages_the_logged_rewards_after_the_middle_step():
     run = {"step": [1, 2, 3, 4, 5, 6], "reward": [0.0, None, None, 1.0, None, 0.5]}
     assert _runs.second_half_reward(run) == 0.75
     assert _runs.second_half_reward({"step": [], "reward": []}) is None
+
+
+def test_gradient_scale_masks_each_completion_after_its_first_end_token():
+    import torch
+    from gradient_scale import completion_mask
+
+    ids = torch.tensor([[5, 2, 7, 7], [5, 6, 8, 2], [2, 2, 5, 5]])
+    assert completion_mask(ids, {2}).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
