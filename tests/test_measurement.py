@@ -107,6 +107,8 @@ def test_with_training_the_estimate_moves_with_the_policy(tmp_path):
     estimates = logged(trainer, "entropy_control/measured_generation_batch")
     assert len(estimates) == 4 and all(math.isfinite(v) and v > 0 for v in estimates)
     assert estimates[1] != pytest.approx(estimates[0], rel=1e-6)  # the second step sees the first update
+    trainer.create_model_card()  # the card says what the control acted on
+    assert "| `entropy_measurement` | generation_batch |" in (tmp_path / "README.md").read_text()
 
 
 def test_where_a_step_covers_its_generation_batch_it_equals_the_step_reading(tmp_path):

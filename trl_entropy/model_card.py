@@ -407,6 +407,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     if getattr(args, "entropy_schedule", None) is not None:
         params += [(f, getattr(args, f)) for f in ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
                                                    "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")]
+    if control != "none":  # what the control acted on
+        params.append(("entropy_measurement", getattr(args, "entropy_measurement", "step")))
     history = trainer.state.log_history
     measured = _history_values(history, "entropy_control/measured") or _history_values(history, "entropy")
     targets = _history_values(history, "entropy_control/target")
