@@ -437,14 +437,18 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         """Put the captured per-token entropies at generation into the batch (``ec_generation_entropies``: TRL's
         shuffle and split carry it to each optimizer step with its rows) and record the batch's global mean."""
         entropies = self._ec_scoring_entropies
-        self._ec_generation_entropy = None
-        if entropies is None or entropies.shape != output["completion_mask"].shape:
-            return
         mask = output["completion_mask"]
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
-        output["ec_generation_entropies"] = entropies
-        totals = self.accelerator.reduce(entropy_sums(entropies, mask)[:2], "sum")
+        # every rank reaches the reduction, with zeros where it has nothing to pair; a rank without them leaves its
+        # steps unpaired, and an unpaired step (summed over ranks) falls back to the step's own reading everywhere
+        usable = entropies is not None and entropies.shape == mask.shape
+        if usable:
+            output["ec_generation_entropies"] = entropies
+            sums = entropy_sums(entropies, mask)[:2]
+        else:
+            sums = torch.zeros(2, device=mask.device)
+        totals = self.accelerator.reduce(sums, "sum")
         count = float(totals[1])
         value = float(totals[0]) / count if count > 0 else float("nan")
         self._ec_generation_entropy = value if math.isfinite(value) else None
