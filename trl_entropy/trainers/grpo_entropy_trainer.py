@@ -328,13 +328,11 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             return
         if not self.model.training:
             return
-        loss_mask = output["completion_mask"]
-        if "tool_mask" in output:
-            loss_mask = loss_mask * output["tool_mask"]
+        mask = loss_mask(output)
         # Entrocraft's scoring pass may already hold this batch's entropies: use them (no second forward) and leave
         # them in place for the rollout control, which reads them next.
         captured = self._ec_scoring_entropies
-        entropy = self._rollout_entropy(output, loss_mask, "extra_pass" if captured is None else "scoring_pass")
+        entropy = self._rollout_entropy(output, mask, "extra_pass" if captured is None else "scoring_pass")
         self._ec_scoring_entropies = captured
         if entropy is None:
             warnings.warn(
@@ -437,9 +435,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         """Put the captured per-token entropies at generation into the batch (``ec_generation_entropies``: TRL's
         shuffle and split carry it to each optimizer step with its rows) and record the batch's global mean."""
         entropies = self._ec_scoring_entropies
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
+        mask = loss_mask(output)
         # every rank reaches the reduction, with zeros where it has nothing to pair; a rank without them leaves its
         # steps unpaired, and an unpaired step (summed over ranks) falls back to the step's own reading everywhere
         usable = entropies is not None and entropies.shape == mask.shape
@@ -479,10 +475,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if not rollouts:
             self._ec_scoring_entropies = None
             return output
-        loss_mask = output["completion_mask"]
-        if "tool_mask" in output:
-            loss_mask = loss_mask * output["tool_mask"]
-        entropy = self._rollout_entropy(output, loss_mask, source)
+        mask = loss_mask(output)
+        entropy = self._rollout_entropy(output, mask, source)
         advantages = output["advantages"]
         local = advantages.shape[0]
         ctx = RolloutContext(
@@ -495,9 +489,9 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             seed=self.args.seed,
         )
         decision = control.transform_rollouts(advantages, ctx)
-        output["ec_entropy_mask"] = loss_mask  # all rollouts, for the measured entropy of the update
+        output["ec_entropy_mask"] = mask  # all rollouts, for the measured entropy of the update
         if decision.keep is not None:
-            self._apply_keep(output, decision.keep, loss_mask)
+            self._apply_keep(output, decision.keep, mask)
         self._log_rollout_decision(decision)
         return output
 
