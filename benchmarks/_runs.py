@@ -44,7 +44,7 @@ def package_defaults() -> dict:
 
 # Config fields added after runs were cached, with the value that reproduces how those runs trained (a run recorded
 # before a field existed ran as this value): such a run is still served while the field's default is that value.
-FIELDS_ADDED = {"entropy_measurement": "step"}
+FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None}
 
 
 def changed_defaults(row: dict, current: dict, overridden=()) -> dict:

@@ -86,6 +86,28 @@ def test_penalty_and_bonus_move_entropy_apart(tmp_path):
         assert len(logged(runs["low"], f"entropy_control/{key}")) == 8, key
 
 
+def test_release_first_anneal_bounds_the_penalty_while_the_target_falls(tmp_path):
+    """A linear anneal far below the model's entropy: the defaults penalise (down to -1, the bound grown); with
+    entropy_bonus_anneal_min=-0.02 the law never goes below -0.02 and the applied coefficient never below -0.04
+    (momentum compensation's reach), and `bonus_annealing` says when the bound applied."""
+    coefs, annealing = {}, None
+    for name, extra in (("plain", {}), ("release", dict(entropy_bonus_anneal_min=-0.02))):
+        trainer = make(tiny_args(tmp_path / name, max_steps=8, entropy_control="entropy_bonus",
+                                 entropy_schedule="linear", entropy_schedule_start=0.6, entropy_schedule_end=0.3,
+                                 entropy_bonus_kp=2.0, entropy_bonus_ki=0.5, **extra, **OFF_POLICY))
+        trainer.train()
+        coefs[name] = logged(trainer, "entropy_control/entropy_coef")
+        if name == "release":
+            laws = logged(trainer, "entropy_control/bonus_law")
+            annealing = logged(trainer, "entropy_control/bonus_annealing")
+        else:
+            assert logged(trainer, "entropy_control/bonus_annealing") == []
+    assert min(coefs["plain"]) < -0.1
+    # the first update has no slope yet (no previous target): the full bound applies to it
+    assert min(laws[1:]) >= -0.02 - 1e-9 and min(coefs["release"][2:]) >= -0.04 - 1e-9
+    assert annealing[0] == 0.0 and annealing[1:] == [1.0] * 7
+
+
 def test_trl_adaptive_equals_grpo_trainer_with_schedule_callback(tmp_path):
     """entropy_control='trl_adaptive' is TRL's use_adaptive_entropy with the schedule driving entropy_target: the
     same run as a plain GRPOTrainer with EntropyScheduleCallback."""
@@ -158,6 +180,8 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
     (dict(entropy_control="entropy_bonus", use_adaptive_entropy=True), "use_adaptive_entropy"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_max=-0.1), "entropy_bonus_max must be a number in"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_kp=-1.0), "entropy_bonus_kp"),
+    (dict(entropy_control="entropy_bonus", entropy_bonus_anneal_min=0.1), "entropy_bonus_anneal_min must be None"),
+    (dict(entropy_control="entropy_bonus", entropy_bonus_anneal_min=float("nan")), "entropy_bonus_anneal_min"),
     (dict(entropy_control="entropy_bonus", entropy_coef=0.7), "entropy_coef .* must lie in"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="initialx"), "entropy_schedule_start must be"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="-0.5*initial"), "entropy_schedule_start"),

@@ -460,3 +460,57 @@ def test_noise_state_round_trip_and_bad_reference():
     assert b.noise == a.noise
     with pytest.raises(ValueError, match="noise reference"):
         EntropyBonusController(noise_reference=0.0)
+
+
+def _falling(t):
+    return 1.0 - 0.01 * t  # a target that falls every step
+
+
+def test_anneal_bound_holds_while_the_target_falls_and_lifts_after():
+    """Entropy far above a falling target: without anneal_min the law penalises down to c_min (and that bound grows);
+    with it, law, integral and applied coefficient stay at or above the anneal bound (applied: within twice it, as
+    momentum compensation allows), the bound does not grow, and once the target is flat the full bound is back."""
+    kw = dict(kp=0.5, ki=0.05, c_min=-0.5, c_max=0.5, bound_limit=1.0, bound_patience=3, momentum_compensation=0.5)
+    plain, release = make(**kw), make(anneal_min=-0.1, **kw)
+    for t in range(20):
+        plain.update(3.0, _falling(t))
+        release.update(3.0, _falling(t))
+        if t >= 1:  # the first update has no slope yet
+            assert release.annealing
+            assert release.law >= -0.1 - 1e-12 and release.integral >= -0.1 - 1e-12
+            assert release.value >= -0.2 - 1e-12
+    assert plain.law < -0.5 and plain.c_min < -0.5  # penalised, and its bound grew
+    assert release.c_min == -0.5  # the anneal bound is a choice, not a too-small scale: nothing grew
+    release.update(3.0, _falling(19))  # flat target: the full bound applies again (and may grow)
+    assert not release.annealing and release.law == pytest.approx(-0.5)
+    for _ in range(10):
+        release.update(3.0, _falling(19))
+    assert release.c_min < -0.5
+
+
+def test_anneal_bound_changes_nothing_on_a_flat_target_or_when_entropy_is_low():
+    readings = [0.5, 0.7, 1.4, 1.9, 1.2, 0.6, 0.4, 2.5, 1.0, 0.9] * 3
+    a, b = EntropyBonusController(), EntropyBonusController(anneal_min=-0.05)
+    assert [a.update(h, 1.0) for h in readings] == [b.update(h, 1.0) for h in readings]
+    # a falling target with entropy below it asks for a bonus: the lower bound does not bind
+    c, d = make(), make(anneal_min=0.0)
+    assert [c.update(0.2, _falling(t)) for t in range(10)] == [d.update(0.2, _falling(t)) for t in range(10)]
+
+
+def test_anneal_bound_survives_a_state_round_trip_and_bad_values_are_refused():
+    a = make(anneal_min=-0.05)
+    for t in range(6):
+        a.update(2.0, _falling(t))
+    b = make(anneal_min=-0.05)
+    b.load_state_dict(a.state_dict())
+    assert [a.update(2.0, _falling(6 + t)) for t in range(5)] == [b.update(2.0, _falling(6 + t)) for t in range(5)]
+    assert a.state_dict()["config"]["anneal_min"] == -0.05
+    for bad in (0.1, math.nan, "x"):
+        with pytest.raises(ValueError, match="entropy_bonus_anneal_min"):
+            make(anneal_min=bad)
+
+
+def test_release_first_anneal_tracks_on_the_simulated_plant():
+    """On the simulated plant the anneal bound must not lose the WSD target (its plant's own pull is strong)."""
+    anneal = [simulate(EntropyBonusController(anneal_min=-0.1).update, seed=s, target=wsd) for s in range(3)]
+    assert sum(anneal) / 3 < 0.10

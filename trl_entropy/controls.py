@@ -906,6 +906,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         authority=args.entropy_bonus_authority,
         momentum=_optimizer_momentum(args),
         momentum_compensation=args.entropy_bonus_momentum_compensation,
+        anneal_min=args.entropy_bonus_anneal_min,
     )
 
 
@@ -971,6 +972,8 @@ class EntropyBonusControl(ControllerControl):
         out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward,
                "bonus_authority": c.authority.estimate, "bonus_gain_scale": c.gain_scale, "bonus_law": c.law,
                "bonus_noise": c.noise}
+        if c.anneal_min is not None:
+            out["bonus_annealing"] = float(c.annealing)
         if c.predicted is not None:
             out["bonus_predicted_entropy"] = c.predicted
         return out

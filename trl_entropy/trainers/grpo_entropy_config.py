@@ -271,6 +271,11 @@ class GRPOEntropyConfig(GRPOConfig):
             Set it to the bounds' size to keep them fixed.
         entropy_bonus_bound_patience (`int`, *optional*, defaults to `10`):
             Steps at a bound, pushed further, before it grows; >= 1.
+        entropy_bonus_anneal_min (`float` or `None`, *optional*, defaults to `None`):
+            Release-first anneal: while the target falls, the coefficient's lower bound is `max(entropy_bonus_min,
+            entropy_bonus_anneal_min)`, so an anneal lowers entropy by releasing the bonus (and letting the policy
+            gradient pull entropy down) more than by penalising it; <= 0. `None`: `entropy_bonus_min` throughout.
+            Logged as `entropy_control/bonus_annealing` (1 while the bound applies).
         entropy_bonus_horizon (`float`, *optional*, defaults to `6.0`):
             Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
             level).
@@ -515,6 +520,12 @@ class GRPOEntropyConfig(GRPOConfig):
         default=10,
         metadata={"help": "Entropy bonus: steps in a row the coefficient must sit at a bound, pushed further, before "
                   "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1."},
+    )
+    entropy_bonus_anneal_min: float | None = field(
+        default=None,
+        metadata={"help": "Entropy bonus: lower bound of the coefficient while the target falls (release-first anneal: "
+                  "an anneal lowers entropy by releasing the bonus more than by penalising it); <= 0, None = "
+                  "entropy_bonus_min throughout."},
     )
     entropy_bonus_horizon: float = field(
         default=6.0,
@@ -939,6 +950,9 @@ class GRPOEntropyConfig(GRPOConfig):
             self._validate_range(name, 0.0, math.inf)
         self._validate_range("entropy_bonus_min", -math.inf, 0.0)
         self._validate_range("entropy_bonus_max", 0.0, math.inf)
+        anneal_min = self.entropy_bonus_anneal_min
+        if anneal_min is not None and not (_is_number(anneal_min) and anneal_min <= 0):
+            raise ValueError(f"entropy_bonus_anneal_min must be None or a finite number <= 0, got {anneal_min!r}.")
         authority = self.entropy_bonus_authority
         if not (_is_number(authority) and authority > 0):
             raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
