@@ -121,6 +121,8 @@ LAWS = {
     "adaptive gain, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
     "today's defaults with trend smoothing 0.1 (cached on SmolLM2 as \" P\")":
         lambda: EntropyBonusController(trend_smoothing=0.1),
+    "today's defaults with the release-first anneal (entropy_bonus_anneal_min -0.1)":
+        lambda: EntropyBonusController(anneal_min=-0.1),
 }
 
 
