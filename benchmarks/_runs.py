@@ -47,16 +47,36 @@ def package_defaults() -> dict:
 FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None}
 
 
+# The feedback bonus's own fields: they matter to a run only if it used the bonus's controller (the control itself,
+# or a paper's control with the assist); a change of their defaults leaves every other run as it was.
+BONUS_PREFIX = "entropy_bonus_"
+
+
+def uses_bonus_controller(overrides: dict) -> bool:
+    return overrides.get("entropy_control") == "entropy_bonus" or bool(overrides.get("entropy_bonus_assist"))
+
+
+def run_overrides(row: dict) -> dict:
+    """The config overrides a cached run was asked for (the second element of its spec, from its key)."""
+    try:
+        spec = json.loads(row["key"])[4][0]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return {}
+    return spec[1] if isinstance(spec, list) and len(spec) > 1 and isinstance(spec[1], dict) else {}
+
+
 def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
     """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran, leaving out the fields the
-    run set itself (``overridden``); empty for rows cached before defaults were recorded. A field the row predates
-    counts as its ``FIELDS_ADDED`` value."""
+    run set itself (``overridden``) and the bonus's own fields for a run that did not use its controller; empty for
+    rows cached before defaults were recorded. A field the row predates counts as its ``FIELDS_ADDED`` value."""
     recorded = row.get("package_defaults")
     if recorded is None:
         return {}
     recorded = {**{k: v for k, v in FIELDS_ADDED.items() if k in current}, **recorded}
+    bonus = "key" not in row or uses_bonus_controller(run_overrides(row))
     return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
-            if k not in overridden and recorded.get(k) != current.get(k)}
+            if k not in overridden and recorded.get(k) != current.get(k)
+            and (bonus or not k.startswith(BONUS_PREFIX))}
 
 
 def run_key(testbed: str, label: str, seed: int, steps: int, spec) -> str:

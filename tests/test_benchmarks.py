@@ -128,6 +128,22 @@ def test_a_default_the_run_set_itself_does_not_count_as_changed():
                                                                                                   "generation_batch")}
 
 
+def test_a_bonus_default_does_not_touch_a_run_without_the_bonus_controller():
+    import _runs
+
+    def row(overrides):
+        key = json.dumps(["smollm2", "hold/x", 0, 100, [[True, overrides, "d"], "x", 1.0, "constant", 1.0, 0.3, {}]])
+        return {"key": key, "package_defaults": {"entropy_bonus_min": -0.5, "adaptive_clip_delta": 0.01}}
+
+    now = {"entropy_bonus_min": -0.1, "adaptive_clip_delta": 0.01}
+    assert _runs.changed_defaults(row({"entropy_control": "trl_adaptive"}), now) == {}
+    assert _runs.changed_defaults(row({"entropy_control": "entropy_bonus"}), now) == {"entropy_bonus_min": (-0.5, -0.1)}
+    assisted = row({"entropy_control": "entrocraft", "entropy_bonus_assist": True})
+    assert _runs.changed_defaults(assisted, now) == {"entropy_bonus_min": (-0.5, -0.1)}
+    # other fields still count for every run
+    assert _runs.changed_defaults(row({}), dict(now, adaptive_clip_delta=0.02)) == {"adaptive_clip_delta": (0.01, 0.02)}
+
+
 def test_final_eval_evaluates_the_trained_policy_under_its_own_cache_key(tmp_path, capsys):
     results = tmp_path / "tracking.jsonl"
     argv = ["--testbed", "tiny", "--steps", "4", "--targets", "constant", "--methods", "entropy_bonus", "--h0", "0.8",

@@ -222,21 +222,22 @@ class _StubKnob:
         self.limit_push = state["push"]
 
 
-def _assisted(tmp_path, window=2):
+def _assisted(tmp_path, window=2, **kwargs):
     from trl_entropy.controls import AssistedControl
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         args = tiny_args(tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=1.0,
-                         entropy_bonus_assist=True, entropy_bonus_assist_window=window)
+                         entropy_bonus_assist=True, entropy_bonus_assist_window=window, **kwargs)
     return AssistedControl(_StubKnob(), args)
 
 
 def test_assist_keeps_acting_while_its_integral_still_holds_the_direction_it_was_called_for(tmp_path):
     """The paper's knob leaves its limit because the bonus closed the error, or because entropy overshoots: neither
     hands back (measured failure: adaptive clip on SmolLM2, entropy collapsing again after each hand-back). The
-    bonus hands back once it is idle: the integral bled away and the law quiet, with the entropy on target."""
-    ctl = _assisted(tmp_path)
+    bonus hands back once it is idle: the integral bled away and the law quiet, with the entropy on target. (A
+    penalty bound of -0.5, so that the overshoot below unwinds the integral instead of sitting at the bound.)"""
+    ctl = _assisted(tmp_path, entropy_bonus_min=-0.5)
     ctl.inner.limit_push = 1  # clip bound at its upper limit, entropy below target
     for _ in range(3):
         ctl.observe(0.6, 1.0)
