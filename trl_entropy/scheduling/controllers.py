@@ -511,13 +511,13 @@ class EntropyBonusController:
         self.annealing = self.anneal_min is not None and slope < 0.0
         return max(self.c_min, self.anneal_min) if self.annealing else self.c_min
 
-    def _compensate(self, law: float, low: float | None = None) -> float:
+    def _compensate(self, law: float, low: float) -> float:
         """The coefficient to apply so that the optimizer's momentum average of it moves toward ``law`` without its
         lag (step 6 of the class docstring).
 
         Adam's first moment after this step is ``(beta * m + (1 - beta) * c) / (1 - beta^t)``; setting that to
         ``law`` gives ``c_full = ((1 - beta^t) * law - beta * m) / (1 - beta)``. The applied coefficient is
-        ``law + compensation * (c_full - law)``, held within twice the bounds."""
+        ``law + compensation * (c_full - law)``, held within twice the bounds in effect (``low``: the lower one)."""
         if self.compensation <= 0.0 or self.momentum <= 0.0:
             return law
         beta, t = self.momentum, self.moment_steps + 1
@@ -526,7 +526,7 @@ class EntropyBonusController:
         if abs(gap) <= 1e-12:  # a held coefficient stays exactly itself (no rounding drift)
             return law
         c = law + self.compensation * beta * gap / (1.0 - beta)
-        return min(2.0 * self.c_max, max(2.0 * (self.c_min if low is None else low), c))
+        return min(2.0 * self.c_max, max(2.0 * low, c))
 
     def _applied(self, coefficient: float) -> None:
         """Record the coefficient the optimizer uses for the coming step (in the estimator's momentum average)."""
