@@ -401,6 +401,49 @@ def test_compensated_coefficient_is_held_within_twice_the_bounds():
     assert all(-0.1 <= v <= 0.1 for v in (c.law, c.integral))
 
 
+def _swing(clip):
+    """The law driven up to its bonus bound, then down to its penalty bound, with bounds -0.1 / 0.5 (the defaults'
+    asymmetry); the applied coefficients."""
+    c = EntropyBonusController(momentum_compensation=1.0, c_min=-0.1, c_max=0.5, bound_limit=None, kp=5.0,
+                               compensation_clip=clip)
+    return c, [c.update(m, 1.0) for m in (0.1,) * 12 + (3.0,) * 12]
+
+
+def test_symmetric_compensation_reaches_as_far_down_as_up():
+    """With asymmetric bounds the kick that cancels the momentum's lag may go as far down as up ("symmetric", the
+    default): +-2 * max(0.5, 0.1) = +-1. Within twice each bound ("bounds") it stops at -0.2 on the way down while it
+    reached above 0.5 on the way up: the average lags on every turn downward only."""
+    sym, up_down = _swing("symmetric")
+    old, held = _swing("bounds")
+    assert max(up_down) > 0.5 and max(held) > 0.5  # the turn up kicks past the bonus bound in both
+    assert min(held) == pytest.approx(-0.2) and min(up_down) < -0.5  # the turn down: held at 2 * c_min, or not
+    assert all(-1.0 <= v <= 1.0 for v in up_down)
+    assert sym.averaged < old.averaged  # the symmetric kick has brought the optimizer's average down further
+
+
+@pytest.mark.parametrize("clip", ["symmetric", "bounds"])
+def test_the_optimizers_average_stays_within_the_bounds_whatever_the_kick(clip):
+    """Every applied coefficient lies between the law and the full compensation, so Adam's bias-corrected average
+    lands between its previous value and the law's: within [c_min, c_max] (as torch's Adam keeps it), however far
+    the applied coefficient itself went."""
+    rng = random.Random(7)
+    readings = [rng.choice((0.2, 0.6, 1.0, 1.8, 3.0)) for _ in range(80)]
+    c = EntropyBonusController(momentum_compensation=1.0, c_min=-0.1, c_max=0.5, bound_limit=None, kp=2.0,
+                               compensation_clip=clip)
+    applied = []
+    update = c.update
+    c.update = lambda m, t: applied.append(update(m, t)) or applied[-1]
+    pairs = _adam_first_moments(c, readings)
+    assert min(applied) < -0.2 or clip == "bounds"  # the symmetric kick does go past twice the penalty bound
+    assert all(-0.1 - 1e-6 <= avg <= 0.5 + 1e-6 for _, avg in pairs)
+
+
+def test_bad_compensation_clip_is_refused_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="entropy_bonus_compensation_clip"):
+        EntropyBonusController(compensation_clip="both")
+    assert EntropyBonusController().state_dict()["config"]["compensation_clip"] == "symmetric"
+
+
 def test_compensation_state_round_trip_continues_exactly():
     rng = random.Random(5)
     seq = [(rng.uniform(0.5, 1.5), 1.0) for _ in range(60)]
@@ -448,7 +491,8 @@ def test_gains_rise_above_the_reference_only_on_a_clean_measurement():
     assert clean.authority.gain_scale > 2.0 and noisy.authority.gain_scale > 2.0  # both see a weak knob
     assert s_clean > 2.0 and s_noisy == pytest.approx(noisy.noise_cap) and s_noisy < 1.5
     strong, s_strong = final_scale(2.5, 0.3)
-    assert s_strong < 0.6  # a strong knob lowers the gains whatever the noise
+    # a strong knob lowers the gains whatever the noise: the noise cap never limits a lowering
+    assert s_strong == pytest.approx(strong.authority.gain_scale) and s_strong < 0.7
 
 
 def test_noise_state_round_trip_and_bad_reference():

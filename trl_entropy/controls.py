@@ -907,6 +907,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         momentum=_optimizer_momentum(args),
         momentum_compensation=args.entropy_bonus_momentum_compensation,
         anneal_min=args.entropy_bonus_anneal_min,
+        compensation_clip=args.entropy_bonus_compensation_clip,
     )
 
 
@@ -971,7 +972,7 @@ class EntropyBonusControl(ControllerControl):
         c = self.controller
         out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward,
                "bonus_authority": c.authority.estimate, "bonus_gain_scale": c.gain_scale, "bonus_law": c.law,
-               "bonus_noise": c.noise}
+               "bonus_noise": c.noise, "bonus_averaged": c.averaged}
         if c.anneal_min is not None:
             out["bonus_annealing"] = float(c.annealing)
         if c.predicted is not None:

@@ -372,7 +372,14 @@ class EntropyBonusController:
        SmolLM2: a period of ~25 steps). The law's output (``law``) is taken as the coefficient the optimizer's
        average should hold; the applied coefficient ``c`` is chosen, from the average's own state (bias-corrected
        as Adam keeps it), so that the average moves a ``momentum_compensation`` fraction of the way to what it
-       would be with no lag; held within twice the bounds. 0 applies the law's output as it is. Measured on
+       would be with no lag. 0 applies the law's output as it is. The applied coefficient is held within
+       ``+-2 * max(c_max, -low)`` (``compensation_clip="symmetric"``), the same reach both ways: the optimizer's
+       average stays between its previous value and the law's, so within the bounds, whatever the applied value
+       (a kick, not a held penalty). Holding it within twice each bound instead (``"bounds"``, the law until
+       2026-11-26) makes the loop lopsided when the bounds are: with a penalty bound of -0.1 and a bonus bound of
+       0.5, a turn upward could kick to +1.0, a turn downward only to -0.2, so the average lagged on every way down
+       and not up, and entropy cycled above its target (simulated plant calibrated to SmolLM2: 12.3% hold error
+       against 10.2%, and 50-59% against 16-17% where the knob is 4-5x stronger). Measured on
        SmolLM2 (seeds 1 and 2, held target): 0.5 brought the tracking error from 15.3% and 16.5% to 11.1% and 8.9%;
        1 gave 12.4% and 7.4% (0.5 is the default: it leaves half of the momentum's smoothing of the noisy law).
     7. **Release-first anneal** (``anneal_min``, off by default): while the target falls, the lower bound is
@@ -388,6 +395,7 @@ class EntropyBonusController:
     measurements or targets are skipped (counted in ``skipped``) and leave every state unchanged.
     """
 
+    COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
 
@@ -396,7 +404,11 @@ class EntropyBonusController:
                  trend_smoothing: float = 0.2, initial: float = 0.0, bound_limit: float | None = 1.0,
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
-                 anneal_min: float | None = None):
+                 anneal_min: float | None = None, compensation_clip: str = "symmetric"):
+        if compensation_clip not in self.COMPENSATION_CLIPS:
+            raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
+                             f"{compensation_clip!r}.")
+        self.compensation_clip = compensation_clip
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
@@ -517,7 +529,9 @@ class EntropyBonusController:
 
         Adam's first moment after this step is ``(beta * m + (1 - beta) * c) / (1 - beta^t)``; setting that to
         ``law`` gives ``c_full = ((1 - beta^t) * law - beta * m) / (1 - beta)``. The applied coefficient is
-        ``law + compensation * (c_full - law)``, held within twice the bounds in effect (``low``: the lower one)."""
+        ``law + compensation * (c_full - law)``, held within ``+-2 * max(c_max, -low)`` (``"symmetric"``) or
+        within twice the bounds in effect (``"bounds"``; ``low``: the lower one). Either way it lies between
+        ``law`` and ``c_full``, so the average lands between its previous value and ``law``."""
         if self.compensation <= 0.0 or self.momentum <= 0.0:
             return law
         beta, t = self.momentum, self.moment_steps + 1
@@ -526,6 +540,9 @@ class EntropyBonusController:
         if abs(gap) <= 1e-12:  # a held coefficient stays exactly itself (no rounding drift)
             return law
         c = law + self.compensation * beta * gap / (1.0 - beta)
+        if self.compensation_clip == "symmetric":
+            reach = 2.0 * max(self.c_max, -low)
+            return min(reach, max(-reach, c))
         return min(2.0 * self.c_max, max(2.0 * low, c))
 
     def _applied(self, coefficient: float) -> None:
@@ -623,7 +640,7 @@ class EntropyBonusController:
                        "trend_smoothing": self.trend_smoothing, "adapt_gain": self.adapt_gain,
                        "authority": self.authority.prior, "momentum": self.authority.momentum,
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
-                       "anneal_min": self.anneal_min},
+                       "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip},
         }
 
     def load_state_dict(self, state: dict) -> None:

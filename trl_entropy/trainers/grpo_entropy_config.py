@@ -300,8 +300,13 @@ class GRPOEntropyConfig(GRPOConfig):
             Fraction of the optimizer's first-moment lag that the applied coefficient cancels, in [0, 1]. A loss
             coefficient reaches the weights through Adam's gradient average (`adam_beta1`, ~10 steps at 0.9); with
             1 the applied coefficient is chosen so that this average equals the law's output at once (it moves
-            more than the law's output, within twice the bounds). The law's output is logged as
-            `entropy_control/bonus_law`.
+            more than the law's output). The law's output is logged as `entropy_control/bonus_law`.
+        entropy_bonus_compensation_clip (`str`, *optional*, defaults to `"symmetric"`):
+            How far the applied (compensated) coefficient may move: `"symmetric"` within
+            `+-2 * max(entropy_bonus_max, -entropy_bonus_min)`, or `"bounds"` within twice each bound (the law
+            until 2026-11-26). Either way the optimizer's average of it stays within the bounds. With the
+            asymmetric default bounds, `"bounds"` lets a turn upward kick five times as far as a turn downward and
+            entropy cycles above its target (docs: benchmarks).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -560,6 +565,13 @@ class GRPOEntropyConfig(GRPOConfig):
         metadata={"help": "Entropy bonus: fraction of the optimizer's first-moment lag (Adam's beta1) the applied "
                   "coefficient cancels, in [0, 1] (1: the momentum average of the coefficient follows the law "
                   "without lag; 0: the law's output is applied as it is)."},
+    )
+    entropy_bonus_compensation_clip: str = field(
+        default="symmetric",
+        metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'symmetric' "
+                  "(within +-2 * max(entropy_bonus_max, -entropy_bonus_min)) or 'bounds' (within twice each bound; "
+                  "the law until 2026-11-26). The optimizer's average stays within the bounds either way.",
+                  "choices": ["symmetric", "bounds"]},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -961,6 +973,9 @@ class GRPOEntropyConfig(GRPOConfig):
         if not (_is_number(authority) and authority > 0):
             raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
         self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
+        if self.entropy_bonus_compensation_clip not in ("symmetric", "bounds"):
+            raise ValueError(f"entropy_bonus_compensation_clip must be 'symmetric' or 'bounds', got "
+                             f"{self.entropy_bonus_compensation_clip!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
