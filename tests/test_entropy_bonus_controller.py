@@ -410,9 +410,9 @@ def _swing(clip):
 
 
 def test_symmetric_compensation_reaches_as_far_down_as_up():
-    """With asymmetric bounds the kick that cancels the momentum's lag may go as far down as up ("symmetric", the
-    default): +-2 * max(0.5, 0.1) = +-1. Within twice each bound ("bounds") it stops at -0.2 on the way down while it
-    reached above 0.5 on the way up: the average lags on every turn downward only."""
+    """With asymmetric bounds the kick that cancels the momentum's lag may go as far down as up with "symmetric":
+    +-2 * max(0.5, 0.1) = +-1. Within twice each bound ("bounds", the default) it stops at -0.2 on the way down while
+    it reached above 0.5 on the way up: the average lags on every turn downward only."""
     sym, up_down = _swing("symmetric")
     old, held = _swing("bounds")
     assert max(up_down) > 0.5 and max(held) > 0.5  # the turn up kicks past the bonus bound in both
@@ -441,7 +441,7 @@ def test_the_optimizers_average_stays_within_the_bounds_whatever_the_kick(clip):
 def test_bad_compensation_clip_is_refused_and_kept_in_the_state():
     with pytest.raises(ValueError, match="entropy_bonus_compensation_clip"):
         EntropyBonusController(compensation_clip="both")
-    assert EntropyBonusController().state_dict()["config"]["compensation_clip"] == "symmetric"
+    assert EntropyBonusController().state_dict()["config"]["compensation_clip"] == "bounds"
 
 
 def test_compensation_state_round_trip_continues_exactly():

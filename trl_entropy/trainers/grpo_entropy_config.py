@@ -301,12 +301,12 @@ class GRPOEntropyConfig(GRPOConfig):
             coefficient reaches the weights through Adam's gradient average (`adam_beta1`, ~10 steps at 0.9); with
             1 the applied coefficient is chosen so that this average equals the law's output at once (it moves
             more than the law's output). The law's output is logged as `entropy_control/bonus_law`.
-        entropy_bonus_compensation_clip (`str`, *optional*, defaults to `"symmetric"`):
-            How far the applied (compensated) coefficient may move: `"symmetric"` within
-            `+-2 * max(entropy_bonus_max, -entropy_bonus_min)`, or `"bounds"` within twice each bound (the law
-            until 2026-11-26). Either way the optimizer's average of it stays within the bounds. With the
-            asymmetric default bounds, `"bounds"` lets a turn upward kick five times as far as a turn downward and
-            entropy cycles above its target (docs: benchmarks).
+        entropy_bonus_compensation_clip (`str`, *optional*, defaults to `"bounds"`):
+            How far the applied (compensated) coefficient may move: `"bounds"` within twice each bound, or
+            `"symmetric"` within `+-2 * max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up. Either way
+            the optimizer's average of it stays within the bounds. `"symmetric"` is the tracking-first setting: on
+            SmolLM2 it held a target within 9.6% (against 11.7%) and trained policies 0.05 less accurate (docs:
+            benchmarks, the compensation's reach).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -567,10 +567,11 @@ class GRPOEntropyConfig(GRPOConfig):
                   "without lag; 0: the law's output is applied as it is)."},
     )
     entropy_bonus_compensation_clip: str = field(
-        default="symmetric",
-        metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'symmetric' "
-                  "(within +-2 * max(entropy_bonus_max, -entropy_bonus_min)) or 'bounds' (within twice each bound; "
-                  "the law until 2026-11-26). The optimizer's average stays within the bounds either way.",
+        default="bounds",
+        metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'bounds' (within "
+                  "twice each bound) or 'symmetric' (within +-2 * max(entropy_bonus_max, -entropy_bonus_min): "
+                  "tracks closer, trained less accurate policies on SmolLM2). The optimizer's average stays within "
+                  "the bounds either way.",
                   "choices": ["symmetric", "bounds"]},
     )
     entropy_bonus_assist: bool = field(
