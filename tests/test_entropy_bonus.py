@@ -186,6 +186,8 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
     (dict(entropy_control="entropy_bonus", entropy_bonus_anneal_min=0.1), "entropy_bonus_anneal_min must be None"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_anneal_min=float("nan")), "entropy_bonus_anneal_min"),
     (dict(entropy_control="entropy_bonus", entropy_coef=0.7), "entropy_coef .* must lie in"),
+    (dict(entropy_control="entropy_bonus", entropy_bonus_compensation_clip="Symmetric"),
+     "entropy_bonus_compensation_clip must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="initialx"), "entropy_schedule_start must be"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="-0.5*initial"), "entropy_schedule_start"),
     (dict(entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="0.5*initial",

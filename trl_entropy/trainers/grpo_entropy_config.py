@@ -13,6 +13,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from ..scheduling.controllers import EntropyBonusController
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 
 __all__ = [
@@ -572,7 +573,7 @@ class GRPOEntropyConfig(GRPOConfig):
                   "twice each bound) or 'symmetric' (within +-2 * max(entropy_bonus_max, -entropy_bonus_min): "
                   "tracks closer, trained less accurate policies on SmolLM2). The optimizer's average stays within "
                   "the bounds either way.",
-                  "choices": ["symmetric", "bounds"]},
+                  "choices": list(EntropyBonusController.COMPENSATION_CLIPS)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -974,8 +975,9 @@ class GRPOEntropyConfig(GRPOConfig):
         if not (_is_number(authority) and authority > 0):
             raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
         self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
-        if self.entropy_bonus_compensation_clip not in ("symmetric", "bounds"):
-            raise ValueError(f"entropy_bonus_compensation_clip must be 'symmetric' or 'bounds', got "
+        clips = EntropyBonusController.COMPENSATION_CLIPS
+        if self.entropy_bonus_compensation_clip not in clips:
+            raise ValueError(f"entropy_bonus_compensation_clip must be one of {list(clips)}, got "
                              f"{self.entropy_bonus_compensation_clip!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
