@@ -114,11 +114,11 @@ SMOLLM2 = {"authorities": (0.3, 0.45, 0.7), "strong": (1.0, 2.0, 2.5), "noise": 
 
 
 def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2):
-    """One run on the plant calibrated to the SmolLM2 testbed (module docstring): ``(error, applied coefficients)``."""
+    """The tracking error of one run on the plant calibrated to the SmolLM2 testbed (module docstring)."""
     rng = random.Random(seed)
     controller = make_controller()
     entropy, averaged, pull, shared = plant["start"] * H0, 0.0, plant["pull"], 0.0
-    measured, targets, applied = [], [], []
+    measured, targets = [], []
     beta, noise = plant["beta"], plant["noise"]
     for step in range(STEPS):
         goal = target(step, kind)
@@ -128,19 +128,18 @@ def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2):
         measured.append(reading)
         targets.append(goal)
         coefficient = controller.update(reading, goal)
-        applied.append(coefficient)
         averaged = beta * averaged + (1 - beta) * coefficient
         acting = averaged / (1 - beta ** (step + 1))  # Adam's bias-corrected first moment
         drift = plant["collapse_pull"] if step < plant["collapse_steps"] else pull
         pull = max(0.0, pull + 0.004 * rng.gauss(0, 1))
         entropy = max(0.02, entropy * math.exp(g * acting - drift + 0.02 * rng.gauss(0, 1)))
-    return tracking_error(measured, targets), applied
+    return tracking_error(measured, targets)
 
 
 def evaluate_smollm2(make_controller, seeds=20, strong=False):
     """Mean error on "hold" and "wsd" per authority of the calibrated plant."""
     gs = SMOLLM2["strong" if strong else "authorities"]
-    return {kind: [statistics.mean(simulate_smollm2(make_controller, g, kind, s)[0] for s in range(seeds))
+    return {kind: [statistics.mean(simulate_smollm2(make_controller, g, kind, s) for s in range(seeds))
                    for g in gs] for kind in ("hold", "wsd")}
 
 
