@@ -149,8 +149,18 @@ def main(argv=None) -> None:
     p.add_argument("--cached_only", action="store_true", help="print the table from the cache; train nothing")
     p.add_argument("--final_eval", action="store_true",
                    help="evaluate each trained policy (sampled and greedy accuracy, train and test problems)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the SmolLM2 testbeds train (float32 either way); GPU runs are cached under their own "
+                        "keys (the tiny testbed always trains on CPU)")
+    p.add_argument("--prepare_only", action="store_true",
+                   help="only evaluate the starting model into the cache (with --final_eval), then exit")
     a = p.parse_args(argv)
     import json
+    import os
+
+    from trl_entropy.testbeds.addition import DEVICE_ENV
+
+    os.environ[DEVICE_ENV] = a.device
 
     extra = json.loads(a.extra)
     steps = a.steps or DEFAULT_STEPS[a.testbed]
@@ -159,6 +169,10 @@ def main(argv=None) -> None:
     h0 = a.h0 if a.h0 is not None else round(float(measure_h0(a.testbed)), 4)
     print(f"H0 = {h0:.4f} nats", flush=True)
     cache = load_results(a.results)
+    if a.prepare_only:
+        if a.final_eval:
+            start_eval(cache, a.results, a.testbed, cached_only=False)
+        return
     rows = []
     for seed in seeds:
         for target_name in targets:
@@ -232,10 +246,15 @@ EVAL_COLUMNS = ("train_sampled", "test_sampled", "train_greedy", "test_greedy")
 def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bool) -> dict | None:
     """``runner.policy_evaluation`` of the testbed's starting model, cached next to the runs."""
     import json
+    import os
 
     from _runs import run_key
 
-    key = run_key(testbed_name, "start/eval", 0, 0, ["final_eval:v1"])
+    from trl_entropy.testbeds.addition import DEVICE_ENV
+
+    # GPU evaluations get their own key (the CPU key is unchanged from before the switch existed)
+    on_gpu = testbed_name != "tiny" and os.environ.get(DEVICE_ENV, "cpu") == "cuda"
+    key = run_key(testbed_name, "start/eval", 0, 0, ["final_eval:v1"] + (["cuda"] if on_gpu else []))
     if key in cache:
         return cache[key]["final_eval"]
     if cached_only:
@@ -245,6 +264,8 @@ def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bo
 
     tb = get_testbed(testbed_name)
     model, tokenizer = tb.load(False)
+    if on_gpu:
+        model = model.to("cuda")
     ev = policy_evaluation(model, tokenizer, tb, tb.grpo_config_kwargs().get("max_completion_length"), 0)
     row = {"key": key, "label": "start/eval", "final_eval": ev}
     if path:

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
@@ -176,3 +178,44 @@ def test_gradient_scale_masks_each_completion_after_its_first_end_token():
 
     ids = torch.tensor([[5, 2, 7, 7], [5, 6, 8, 2], [2, 2, 5, 5]])
     assert completion_mask(ids, {2}).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+
+
+def test_the_testbed_device_switch_changes_use_cpu_and_thus_the_cache_key(monkeypatch):
+    from trl_entropy.testbeds import addition
+
+    monkeypatch.delenv(addition.DEVICE_ENV, raising=False)
+    assert addition.grpo_config_kwargs()["use_cpu"] is True
+    monkeypatch.setenv(addition.DEVICE_ENV, "cuda")
+    assert addition.grpo_config_kwargs()["use_cpu"] is False  # part of the key: a GPU run never serves a CPU one
+    monkeypatch.setenv(addition.DEVICE_ENV, "gpu")
+    with pytest.raises(ValueError, match="TRL_ENTROPY_TESTBED_DEVICE must be 'cpu' or 'cuda'"):
+        addition.grpo_config_kwargs()
+
+
+def test_parallel_tracking_runs_each_job_into_its_own_cache_and_merges_them(tmp_path, capsys):
+    import parallel_tracking
+
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps([["--seeds", "0"], ["--seeds", "1"], ["--seeds", "0"]]))  # the third repeats the first
+    merged = tmp_path / "merged.jsonl"
+    parallel_tracking.main(["--jobs", str(jobs), "--parallel", "2", "--merged", str(merged), "--workdir",
+                            str(tmp_path / "work"), "--", "--testbed", "tiny", "--steps", "2", "--targets", "constant",
+                            "--methods", "entropy_bonus", "--h0", "0.8", "--final_eval"])
+    rows = [json.loads(line) for line in merged.read_text().splitlines()]
+    assert [r["label"] for r in rows].count("start/eval") == 1  # evaluated once, before the jobs
+    runs = [r for r in rows if r["label"] != "start/eval"]
+    assert sorted(r["seed"] for r in runs) == [0, 1]  # one row per key
+    out = capsys.readouterr().out
+    assert "exit 0" in out and "3 rows" in out
+    tracking.main(["--testbed", "tiny", "--steps", "2", "--targets", "constant", "--methods", "entropy_bonus",
+                   "--h0", "0.8", "--final_eval", "--seeds", "0,1", "--results", str(merged), "--cached_only"])
+    assert "| constant | entropy_bonus | " in capsys.readouterr().out
+
+
+def test_merge_skips_a_half_written_row(tmp_path):
+    import parallel_tracking
+
+    (tmp_path / "a.jsonl").write_text('{"key": "k1", "x": 1}\n{"key": "k2"')
+    (tmp_path / "b.jsonl").write_text('{"key": "k1", "x": 2}\n')
+    assert parallel_tracking.merge(str(tmp_path), str(tmp_path / "m.jsonl")) == 1
+    assert json.loads((tmp_path / "m.jsonl").read_text())["x"] == 1

@@ -9,6 +9,7 @@ within a few seconds on 2 CPU cores; see ``docs/testbeds.md`` for the measured d
 from __future__ import annotations
 
 import hashlib
+import os
 
 __all__ = [
     "FEW_SHOT_PREFIX",
@@ -21,7 +22,10 @@ __all__ = [
     "first_line",
     "accuracy_reward",
     "grpo_config_kwargs",
+    "DEVICE_ENV",
 ]
+
+DEVICE_ENV = "TRL_ENTROPY_TESTBED_DEVICE"  # "cpu" (default) or "cuda": where the SmolLM2 testbeds train
 
 FEW_SHOT_PREFIX = "2+5=7\n6+3=9\n"
 _TEST_FRACTION_BYTE = 52  # sha256(query)[0] < 52: ~20% of the problems are held out
@@ -138,7 +142,14 @@ def grpo_config_kwargs() -> dict:
     completions: the updates are off-policy, so clip bounds act), completions of at most 4 tokens, float32, no
     gradient checkpointing (it trades ~30% more compute for memory we do not need), learning rate 1e-5 held
     constant, no KL term (no reference model). See ``docs/testbeds.md`` for what these were chosen on.
+
+    The environment variable ``TRL_ENTROPY_TESTBED_DEVICE=cuda`` trains on the GPU instead (still float32, so the
+    same process, drawn from other random streams); ``use_cpu`` is part of a cached benchmark run's key, so GPU runs
+    never serve as CPU runs or the other way round.
     """
+    device = os.environ.get(DEVICE_ENV, "cpu").strip().lower() or "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"{DEVICE_ENV} must be 'cpu' or 'cuda', got {os.environ.get(DEVICE_ENV)!r}.")
     return dict(
         per_device_train_batch_size=12,
         num_generations=4,
@@ -156,7 +167,7 @@ def grpo_config_kwargs() -> dict:
         gradient_checkpointing=False,
         bf16=False,
         fp16=False,
-        use_cpu=True,
+        use_cpu=device == "cpu",
         logging_steps=1,
         report_to="none",
         save_strategy="no",
