@@ -18,8 +18,9 @@ the SmolLM2 runs show:
 
 ``--plant smollm2`` is that plant calibrated to the SmolLM2 testbed. It reproduces the held target's tracking error
 of three laws measured there (seeds 0-2), at its middle authority: the defaults 12.2% simulated against 11.7%
-measured; the penalty bound -0.5, 9.4% against 9.7%; the symmetric compensation, 10.1% against 9.6%. It says nothing
-about the reward (the SmolLM2 runs do):
+measured; the penalty bound -0.5, 9.4% against 9.7%; the symmetric compensation, 10.1% against 9.6% (three CPU
+seeds; on ten seeds on a GPU it measured 11.6% against the defaults' 11.9%, so the plant overstates the gain of the
+compensation's reach). It says nothing about the reward (the SmolLM2 runs do):
 
 * a regression over the ~86 logged SmolLM2 runs whose knob is the coefficient (``log H(t+5) - log H(t)`` on the
   Adam-averaged coefficient, with a pull per phase of the run) gives ``g`` ~0.45 (R^2 0.26) and a pull of 0.02-0.05

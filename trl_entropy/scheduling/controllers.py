@@ -377,11 +377,11 @@ class EntropyBonusController:
        whatever the applied value. How far the applied value may go (``compensation_clip``): within twice each
        bound in effect (``"bounds"``, the default), or ``+-2 * max(c_max, -low)`` (``"symmetric"``: as far down as
        up). With the asymmetric default bounds, ``"bounds"`` lets a turn upward kick to +1.0 and a turn downward
-       only to -0.2, so the average lags on every way down and not on the way up. ``"symmetric"`` tracks closer
-       (SmolLM2, seeds 0-2: 9.6% against 11.7% on hold, 13.8% against 14.6% on WSD; on the simulated plant
-       calibrated to SmolLM2 16-18% against 45-72% where the knob is 2-2.5x stronger) and trains less accurate
-       policies there (0.05 lower sampled accuracy on every seed of both targets, below TRL's rule's on WSD), so it
-       is the tracking-first setting, not the default (docs: benchmarks, the compensation's reach). Measured on
+       only to -0.2, so the average lags on every way down and not on the way up. ``"symmetric"`` removes that
+       lopsidedness, but on SmolLM2 it does not measurably track closer: 11.6% against 11.9% on hold, 14.1% against
+       14.2% on WSD over ten seeds (a GPU; three CPU seeds had shown 9.6% against 11.7%, and the simulated plant
+       16-18% against 45-72% where the knob is 2-2.5x stronger), with trained policies 0.008-0.017 less accurate
+       (within noise). So ``"bounds"`` stays the default (docs: benchmarks, ten seeds on a GPU). Measured on
        SmolLM2 (seeds 1 and 2, held target): 0.5 brought the tracking error from 15.3% and 16.5% to 11.1% and 8.9%;
        1 gave 12.4% and 7.4% (0.5 is the default: it leaves half of the momentum's smoothing of the noisy law).
     7. **Release-first anneal** (``anneal_min``, off by default): while the target falls, the lower bound is
