@@ -247,3 +247,39 @@ def test_reward_error_search_is_off_by_default_and_a_bool():
     assert cfg(reward_error_search=True).reward_error_search is True
     with pytest.raises(ValueError, match="reward_error_search must be True or False"):
         cfg(reward_error_search="yes")
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(AC, entropy_bonus_kp=0.5),
+         r"entropy_bonus_kp \(entropy_control='entropy_bonus'\) set, but entropy_control='adaptive_clip' does not use "
+         r"it: no effect on this run\. To give this control the feedback bonus as a second actuator, set "
+         r"entropy_bonus_assist=True\."),
+        (dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entrocraft_gamma=5.0, cov_scope="local"),
+         r"entrocraft_gamma \(entropy_control='entrocraft'\); cov_scope \(entropy_control='kl_cov' or 'clip_cov'\) "
+         r"set, but entropy_control='entropy_bonus' does not use them"),
+        (dict(entropy_bonus_min=-0.5), r"entropy_bonus_min .* entropy_control='none' does not use it"),
+        (dict(entropy_control="trl_adaptive", entropy_schedule_start=0.5, entropy_bonus_max=1.0),
+         r"entropy_bonus_max .* entropy_control='trl_adaptive' does not use it"),
+    ],
+)
+def test_a_field_of_a_control_that_does_not_run_warns(kw, message):
+    with pytest.warns(UserWarning, match=message):
+        cfg(**kw)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(AC, adaptive_clip_delta=0.05, epsilon_high=0.4),  # its own fields; TRL's fields never count
+        dict(AC, entropy_bonus_assist=True, entropy_bonus_kp=0.5),  # the assist runs the bonus's fields
+        dict(entropy_control="kl_cov", cov_scope="local", kl_cov_ratio=0.01),
+        dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entropy_bonus_min=-0.5, entropy_coef=0.01),
+        dict(AC, entrocraft_gamma=10.0),  # equal to its default: not set
+    ],
+)
+def test_fields_of_the_running_control_do_not_warn(kw):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r".*no effect on this run")
+        cfg(**kw)

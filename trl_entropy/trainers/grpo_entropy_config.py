@@ -8,7 +8,7 @@ import inspect
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig
@@ -717,6 +717,44 @@ class GRPOEntropyConfig(GRPOConfig):
         super().__post_init__()
         self._validate_entropy_fields()
         self._validate_model_card_fields()
+        self._warn_unused_control_fields()
+
+    def _warn_unused_control_fields(self) -> None:
+        """One warning naming every field of another control set away from its default: it has no effect on this run.
+
+        A field belongs to a control through the control's ``config_prefixes`` (the registry); the running control's
+        prefixes, and the feedback bonus's with ``entropy_bonus_assist=True``, count as used. Only this config's own
+        fields are checked (GRPOConfig's, such as ``epsilon_high`` or ``entropy_coef``, act without any control).
+        """
+        registry = _control_registry()
+        active = registry.get(self.entropy_control)
+        used = tuple(active.config_prefixes) if active is not None else ()
+        if self.entropy_bonus_assist:
+            used += tuple(registry["entropy_bonus"].config_prefixes)
+        trl_fields = {f.name for f in fields(GRPOConfig)}
+        unused: dict[str, list[str]] = {}  # owning control -> its fields set here
+        for f in fields(self):
+            if f.name in trl_fields or f.name == "entropy_bonus_assist" or (used and f.name.startswith(used)):
+                continue
+            if f.default is MISSING or getattr(self, f.name) == f.default:
+                continue
+            owners = [name for name, cls in registry.items() if cls.config_prefixes
+                      and f.name.startswith(tuple(cls.config_prefixes))]
+            if owners:
+                unused.setdefault(" or ".join(repr(o) for o in owners), []).append(f.name)
+        if not unused:
+            return
+        parts = [f"{', '.join(names)} (entropy_control={owner})" for owner, names in unused.items()]
+        hint = ""
+        if "'entropy_bonus'" in unused and active is not None and active.follows_target_for(self) \
+                and self.entropy_control not in COEFFICIENT_CONTROLS:
+            hint = (" To give this control the feedback bonus as a second actuator, set entropy_bonus_assist=True.")
+        warnings.warn(
+            f"{'; '.join(parts)} set, but entropy_control={self.entropy_control!r} does not use "
+            f"{'it' if sum(len(v) for v in unused.values()) == 1 else 'them'}: no effect on this run.{hint}",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _validate_model_card_fields(self) -> None:
         from ..model_card import is_hub_model_id
