@@ -108,7 +108,9 @@ def main(argv=None) -> None:
             cache = os.path.join(a.workdir, f"job{i:03d}.jsonl")
             shutil.copyfile(seed_file, cache)
             log = open(os.path.join(a.workdir, f"job{i:03d}.log"), "w")
-            cmd = [sys.executable, os.path.join(HERE, "tracking.py"), *common, *extra, "--results", cache]
+            # each run its own cache and its own trainer output folder (runs side by side never share a file)
+            cmd = [sys.executable, os.path.join(HERE, "tracking.py"), *common, *extra, "--results", cache,
+                   "--output_dir", os.path.join(a.workdir, f"job{i:03d}")]
             running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time(), log)
         if time.time() - last_merge > 5:
             merge(a.workdir, a.merged)

@@ -152,6 +152,8 @@ def main(argv=None) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="where the SmolLM2 testbeds train (float32 either way); GPU runs are cached under their own "
                         "keys (the tiny testbed always trains on CPU)")
+    p.add_argument("--output_dir", default="/tmp/trl_entropy_bench",
+                   help="where the runs write their trainer output (one folder per method under it)")
     p.add_argument("--prepare_only", action="store_true",
                    help="only evaluate the starting model into the cache (with --final_eval), then exit")
     a = p.parse_args(argv)
@@ -186,14 +188,14 @@ def main(argv=None) -> None:
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{suffix}", seed=seed,
                                    steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only,
-                                   final_eval=a.final_eval)
+                                   final_eval=a.final_eval, output_dir=a.output_dir)
                     if r is not None:
                         r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
                 else:
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{suffix}",
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
                                    schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only,
-                                   final_eval=a.final_eval)
+                                   final_eval=a.final_eval, output_dir=a.output_dir)
                 if r is None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])

@@ -121,6 +121,36 @@ def test_plots_are_written_at_each_save_and_at_the_end(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp.png")]
 
 
+def test_two_writers_of_one_picture_never_take_each_other_s_temporary_file(tmp_path, monkeypatch):
+    """Two runs given one output_dir write the same picture names: each goes through a temporary file of its own (a
+    shared name once let one run rename the other's file away and crash at the end of training)."""
+    from trl_entropy._plotting import new_figure, save_figure
+
+    replaced, real_replace = [], os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append(src), real_replace(src, dst)))
+    path = str(tmp_path / "entropy_knob.png")
+    for _ in range(2):
+        fig, _ax = new_figure()
+        save_figure(fig, path)
+    assert len(set(replaced)) == 2 and all(os.path.dirname(src) == str(tmp_path) for src in replaced)
+    assert os.listdir(tmp_path) == ["entropy_knob.png"] and (tmp_path / "entropy_knob.png").read_bytes()[:8] == PNG
+
+    fig, _ax = new_figure()
+    monkeypatch.setattr(fig, "savefig", lambda tmp, dpi: (open(tmp, "wb").close(), 1 / 0))
+    with pytest.raises(ZeroDivisionError):
+        save_figure(fig, path)
+    assert os.listdir(tmp_path) == ["entropy_knob.png"]  # no temporary file left behind
+
+
+def test_a_picture_that_cannot_be_written_warns_and_the_run_ends_normally(tmp_path):
+    (tmp_path / "pictures").write_text("a file where the pictures' folder should be")
+    trainer = make(tiny_args(tmp_path, max_steps=2, entropy_control="adaptive_clip", entropy_schedule_start=2.0))
+    trainer.entropy_plot_callback.output_dir = str(tmp_path / "pictures")
+    with pytest.warns(UserWarning, match="EntropyPlotCallback could not write the training pictures"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+
+
 def test_plots_can_be_turned_off(tmp_path):
     trainer = make(tiny_args(tmp_path, max_steps=1, entropy_plots=False))
     assert trainer.entropy_plot_callback is None

@@ -8,6 +8,7 @@ one (its lines, markers, tick locators) without rendering it. Needs matplotlib (
 from __future__ import annotations
 
 import os
+import uuid
 
 __all__ = ["MARKER_MAX_POINTS", "line_style", "new_figure", "integer_step_axis", "k_axis", "save_figure"]
 
@@ -50,12 +51,18 @@ def k_axis(ax, ks) -> None:
 
 
 def save_figure(fig, path: str, dpi: int = 110) -> str:
-    """Write ``fig`` to ``path`` (PNG) through a temporary file, so a half-written picture is never left behind."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    """Write ``fig`` to ``path`` (PNG) through a temporary file of its own, so a half-written picture is never left
+    behind and two writers of the same path (two runs given one ``output_dir``) never take each other's file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     titled = bool(fig.get_suptitle()) if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None) is not None
     legend_below = any(getattr(legend, "_loc", None) == 8 for legend in fig.legends)  # 8: "lower center"
     fig.tight_layout(rect=(0, 0.06 if legend_below else 0, 1, 0.96 if titled else 1))  # room for the title
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=dpi)
-    os.replace(tmp, path)
+    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp.png"  # created by savefig: the usual permissions
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return path

@@ -347,7 +347,11 @@ class EntropyPlotCallback(TrainerCallback):
                               "are written.", UserWarning, stacklevel=2)
                 self._warned = True
             return
-        self.written = write_training_plots(state.log_history, self.output_dir or args.output_dir)
+        try:
+            self.written = write_training_plots(state.log_history, self.output_dir or args.output_dir)
+        except OSError as e:  # the run has trained: a picture that cannot be written must not end it
+            warnings.warn(f"EntropyPlotCallback could not write the training pictures: {e}", UserWarning,
+                          stacklevel=2)
 
     def on_save(self, args, state, control, **kwargs):
         self._write(args, state)
