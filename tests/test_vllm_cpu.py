@@ -369,6 +369,37 @@ def test_every_control_trains_two_steps_under_colocated_vllm(engine, tmp_path, c
 
 
 @needs_vllm
+def test_the_generation_batch_reading_under_colocated_vllm(engine, tmp_path):
+    """entropy_measurement="generation_batch" under colocated vLLM: the entropies at generation come from TRL's
+    old-log-prob forward (it runs for vLLM's importance-sampling correction), not from vLLM. With the policy frozen
+    (learning rate 0) both steps of the generation batch read the batch's mean: the token-weighted mean of the two
+    steps' own readings."""
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.testbeds import get_testbed
+
+    tb = get_testbed("smollm2")
+    model, tokenizer = _smollm2()
+    args = GRPOEntropyConfig(**_vllm_kwargs(tmp_path, **_control_kwargs("entropy_bonus"), learning_rate=0.0,
+                                            entropy_measurement="generation_batch"))
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=tb.reward, args=args, train_dataset=tb.datasets(0)[0],
+                                 processing_class=tokenizer)
+    windows, reduce_window = [], trainer._reduce_window
+
+    def recording():  # this rank's [sum H_now, tokens, sum H_gen, paired tokens] of each optimizer step
+        windows.append([float(x) for x in trainer._ec_window.tolist()])
+        return reduce_window()
+
+    trainer._reduce_window = recording
+    logs = _train(trainer)
+    estimates = [h["entropy_control/measured_generation_batch"] for h in logs]
+    assert len(windows) == len(estimates) == 2
+    assert all(w[3] == w[1] > 0 for w in windows)  # every token paired with its entropy at generation
+    batch = (windows[0][0] + windows[1][0]) / (windows[0][1] + windows[1][1])
+    assert estimates == pytest.approx([batch, batch], rel=1e-4)
+    assert logs[0]["entropy_control/measured"] != logs[1]["entropy_control/measured"]  # the halves differ
+
+
+@needs_vllm
 def test_a_plain_grpo_trainer_trains_with_the_two_public_functions(engine, tmp_path):
     """What the module docstring shows a `trl.GRPOTrainer` user: build inside engine_arguments, then patch."""
     from trl import GRPOConfig, GRPOTrainer
