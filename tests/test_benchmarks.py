@@ -219,3 +219,12 @@ def test_merge_skips_a_half_written_row(tmp_path):
     (tmp_path / "b.jsonl").write_text('{"key": "k1", "x": 2}\n')
     assert parallel_tracking.merge(str(tmp_path), str(tmp_path / "m.jsonl")) == 1
     assert json.loads((tmp_path / "m.jsonl").read_text())["x"] == 1
+
+
+def test_plot_tracking_draws_the_mean_over_seeds(tmp_path):
+    import plot_tracking
+
+    out = tmp_path / "mean.png"
+    plot_tracking.main(["--results", os.path.join(ROOT, "benchmarks", "results", "tracking_smollm2_gpu.jsonl"),
+                        "--seeds", "0,1,2", "--methods", "trl_adaptive_entropy", "entropy_bonus", "--out", str(out)])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
