@@ -124,6 +124,13 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
               + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()), flush=True)
     if cached_only:
         return None
+    if tb.grpo_config_kwargs().get("use_cpu") is False:
+        import torch
+
+        if not torch.cuda.is_available():  # TRL would train on the CPU and the run be cached as a GPU run
+            raise RuntimeError(f"run {label!r} (seed {seed}) is asked for on the GPU (--device cuda, "
+                               "TRL_ENTROPY_TESTBED_DEVICE=cuda) but no CUDA device is available; its cached rows "
+                               "can still be read here with --cached_only.")
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
     r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False,

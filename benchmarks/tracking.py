@@ -261,6 +261,11 @@ def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bo
         return cache[key]["final_eval"]
     if cached_only:
         return None
+    import torch
+
+    if on_gpu and not torch.cuda.is_available():
+        raise RuntimeError("the starting model's evaluation is asked for on the GPU (--device cuda) but no CUDA "
+                           "device is available; cached rows can still be read here with --cached_only.")
     from trl_entropy.demo.runner import policy_evaluation
     from trl_entropy.testbeds import get_testbed
 

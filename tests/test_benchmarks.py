@@ -228,3 +228,18 @@ def test_plot_tracking_draws_the_mean_over_seeds(tmp_path):
     plot_tracking.main(["--results", os.path.join(ROOT, "benchmarks", "results", "tracking_smollm2_gpu.jsonl"),
                         "--seeds", "0,1,2", "--methods", "trl_adaptive_entropy", "entropy_bonus", "--out", str(out)])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_gpu_run_asked_for_without_a_gpu_is_refused_not_trained_on_the_cpu(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    results = tmp_path / "gpu.jsonl"
+    argv = ["--testbed", "smollm2", "--steps", "2", "--h0", "0.954", "--device", "cuda", "--targets", "hold",
+            "--methods", "entropy_bonus", "--results", str(results)]
+    with pytest.raises(RuntimeError, match="no CUDA device is available"):
+        tracking.main(argv)
+    with pytest.raises(RuntimeError, match="no CUDA device is available"):
+        tracking.main([*argv, "--final_eval", "--prepare_only"])
+    assert not results.exists()  # nothing cached under a GPU key
+    tracking.main([*argv, "--cached_only"])  # reading cached GPU rows needs no GPU
