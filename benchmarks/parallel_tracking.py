@@ -75,8 +75,15 @@ def main(argv=None) -> None:
     p.add_argument("common", nargs=argparse.REMAINDER, help="-- then tracking.py arguments shared by every run")
     a = p.parse_args(argv)
     common = a.common[1:] if a.common[:1] == ["--"] else a.common
-    with open(a.jobs) as f:
-        jobs = json.load(f)
+    try:
+        with open(a.jobs) as f:
+            jobs = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        p.error(f"--jobs {a.jobs}: {e}")
+    if not isinstance(jobs, list) or not all(isinstance(j, list) and all(isinstance(x, str) for x in j)
+                                             for j in jobs):
+        p.error(f"--jobs {a.jobs}: expected a JSON list of argument lists (strings), e.g. "
+                '[["--targets", "hold", "--seeds", "0"]]')
     os.makedirs(a.workdir, exist_ok=True)
     t0 = time.time()
     seed_file = prepare(common, a.workdir)
@@ -84,6 +91,7 @@ def main(argv=None) -> None:
     pending = list(enumerate(jobs))
     running: dict[int, tuple[subprocess.Popen, float, object]] = {}
     durations: list[float] = []
+    failed: list[int] = []
     last_merge = 0.0
     while pending or running:
         for i, (proc, started, log) in list(running.items()):
@@ -93,6 +101,7 @@ def main(argv=None) -> None:
                 print(f"[{time.time() - t0:6.0f} s] job {i} exit {proc.returncode} in {durations[-1]:.0f} s: "
                       f"{' '.join(jobs[i])}", flush=True)
                 if proc.returncode:
+                    failed.append(i)
                     with open(log.name) as f:
                         print("".join(f.readlines()[-15:]), flush=True)
                 del running[i]
@@ -118,6 +127,9 @@ def main(argv=None) -> None:
         time.sleep(0.5)
     n = merge(a.workdir, a.merged)
     print(f"done in {time.time() - t0:.0f} s: {n} rows in {a.merged}", flush=True)
+    if failed:
+        print(f"{len(failed)} of {len(jobs)} jobs failed: {failed} (logs in {a.workdir})", flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -243,3 +243,20 @@ def test_a_gpu_run_asked_for_without_a_gpu_is_refused_not_trained_on_the_cpu(tmp
         tracking.main([*argv, "--final_eval", "--prepare_only"])
     assert not results.exists()  # nothing cached under a GPU key
     tracking.main([*argv, "--cached_only"])  # reading cached GPU rows needs no GPU
+
+
+def test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero(tmp_path, capsys):
+    import parallel_tracking
+
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps([["--methods", "entropy_bonsu"]]))
+    with pytest.raises(SystemExit) as e:
+        parallel_tracking.main(["--jobs", str(jobs), "--merged", str(tmp_path / "m.jsonl"), "--workdir",
+                                str(tmp_path / "w"), "--", "--testbed", "tiny", "--steps", "2", "--h0", "0.8"])
+    assert e.value.code == 1
+    out = capsys.readouterr().out
+    assert "invalid choice: 'entropy_bonsu'" in out and "1 of 1 jobs failed: [0]" in out
+    jobs.write_text('[["--seeds" "0"]]')
+    with pytest.raises(SystemExit) as e:
+        parallel_tracking.main(["--jobs", str(jobs), "--merged", str(tmp_path / "m.jsonl")])
+    assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
