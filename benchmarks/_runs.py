@@ -96,6 +96,20 @@ def load_results(path: str | None) -> dict[str, dict]:
     return out
 
 
+def on_gpu(tb) -> bool:
+    """Whether the testbed trains on the GPU (``TRL_ENTROPY_TESTBED_DEVICE=cuda``: its config's ``use_cpu`` is False)."""
+    return tb.grpo_config_kwargs().get("use_cpu") is False
+
+
+def require_cuda(what: str) -> None:
+    """Refuse GPU work where no CUDA device is: TRL would fall back to the CPU and the result be cached as a GPU one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} is asked for on the GPU (--device cuda, TRL_ENTROPY_TESTBED_DEVICE=cuda) but no "
+                           "CUDA device is available; cached GPU rows can still be read here with --cached_only.")
+
+
 def cached_run(results: dict, path: str | None, *, testbed: str, label: str, seed: int, steps: int, spec,
                target_start: float | None = None, schedule: str = "constant", end_ratio: float = 1.0,
                anneal_ratio: float = 0.3, method: str | None = None, output_dir: str = "/tmp/trl_entropy_bench",
@@ -124,13 +138,8 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
               + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()), flush=True)
     if cached_only:
         return None
-    if tb.grpo_config_kwargs().get("use_cpu") is False:
-        import torch
-
-        if not torch.cuda.is_available():  # TRL would train on the CPU and the run be cached as a GPU run
-            raise RuntimeError(f"run {label!r} (seed {seed}) is asked for on the GPU (--device cuda, "
-                               "TRL_ENTROPY_TESTBED_DEVICE=cuda) but no CUDA device is available; its cached rows "
-                               "can still be read here with --cached_only.")
+    if on_gpu(tb):
+        require_cuda(f"run {label!r} (seed {seed})")
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
     r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False,

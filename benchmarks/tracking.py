@@ -248,30 +248,25 @@ EVAL_COLUMNS = ("train_sampled", "test_sampled", "train_greedy", "test_greedy")
 def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bool) -> dict | None:
     """``runner.policy_evaluation`` of the testbed's starting model, cached next to the runs."""
     import json
-    import os
 
-    from _runs import run_key
+    from _runs import on_gpu, require_cuda, run_key
 
-    from trl_entropy.testbeds.addition import DEVICE_ENV
+    from trl_entropy.testbeds import get_testbed
 
+    tb = get_testbed(testbed_name)
+    gpu = on_gpu(tb)
     # GPU evaluations get their own key (the CPU key is unchanged from before the switch existed)
-    on_gpu = testbed_name != "tiny" and os.environ.get(DEVICE_ENV, "cpu") == "cuda"
-    key = run_key(testbed_name, "start/eval", 0, 0, ["final_eval:v1"] + (["cuda"] if on_gpu else []))
+    key = run_key(testbed_name, "start/eval", 0, 0, ["final_eval:v1"] + (["cuda"] if gpu else []))
     if key in cache:
         return cache[key]["final_eval"]
     if cached_only:
         return None
-    import torch
-
-    if on_gpu and not torch.cuda.is_available():
-        raise RuntimeError("the starting model's evaluation is asked for on the GPU (--device cuda) but no CUDA "
-                           "device is available; cached rows can still be read here with --cached_only.")
+    if gpu:
+        require_cuda("the starting model's evaluation")
     from trl_entropy.demo.runner import policy_evaluation
-    from trl_entropy.testbeds import get_testbed
 
-    tb = get_testbed(testbed_name)
     model, tokenizer = tb.load(False)
-    if on_gpu:
+    if gpu:
         model = model.to("cuda")
     ev = policy_evaluation(model, tokenizer, tb, tb.grpo_config_kwargs().get("max_completion_length"), 0)
     row = {"key": key, "label": "start/eval", "final_eval": ev}

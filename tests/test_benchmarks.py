@@ -234,6 +234,9 @@ def test_plot_tracking_draws_the_mean_over_seeds(tmp_path):
 def test_a_gpu_run_asked_for_without_a_gpu_is_refused_not_trained_on_the_cpu(tmp_path, monkeypatch):
     import torch
 
+    from trl_entropy.testbeds.addition import DEVICE_ENV
+
+    monkeypatch.setenv(DEVICE_ENV, "cpu")  # tracking.main sets it from --device: restored after the test
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     results = tmp_path / "gpu.jsonl"
     argv = ["--testbed", "smollm2", "--steps", "2", "--h0", "0.954", "--device", "cuda", "--targets", "hold",

@@ -732,29 +732,36 @@ class GRPOEntropyConfig(GRPOConfig):
         if self.entropy_bonus_assist:
             used += tuple(registry["entropy_bonus"].config_prefixes)
         trl_fields = {f.name for f in fields(GRPOConfig)}
-        unused: dict[str, list[str]] = {}  # owning control -> its fields set here
+        unused: dict[tuple[str, ...], list[str]] = {}  # owning controls -> their fields set here
         for f in fields(self):
             if f.name in trl_fields or f.name == "entropy_bonus_assist" or (used and f.name.startswith(used)):
                 continue
             if f.default is MISSING or getattr(self, f.name) == f.default:
                 continue
-            owners = [name for name, cls in registry.items() if cls.config_prefixes
-                      and f.name.startswith(tuple(cls.config_prefixes))]
+            owners = tuple(name for name, cls in registry.items() if cls.config_prefixes
+                           and f.name.startswith(tuple(cls.config_prefixes)))
             if owners:
-                unused.setdefault(" or ".join(repr(o) for o in owners), []).append(f.name)
+                unused.setdefault(owners, []).append(f.name)
         if not unused:
             return
-        parts = [f"{', '.join(names)} (entropy_control={owner})" for owner, names in unused.items()]
+        parts = [f"{', '.join(names)} (entropy_control={' or '.join(map(repr, owners))})"
+                 for owners, names in unused.items()]
         hint = ""
-        if "'entropy_bonus'" in unused and active is not None and active.follows_target_for(self) \
-                and self.entropy_control not in COEFFICIENT_CONTROLS:
-            hint = (" To give this control the feedback bonus as a second actuator, set entropy_bonus_assist=True.")
+        if any("entropy_bonus" in owners for owners in unused) and self._can_take_assist():
+            hint = " To give this control the feedback bonus as a second actuator, set entropy_bonus_assist=True."
         warnings.warn(
             f"{'; '.join(parts)} set, but entropy_control={self.entropy_control!r} does not use "
             f"{'it' if sum(len(v) for v in unused.values()) == 1 else 'them'}: no effect on this run.{hint}",
             UserWarning,
             stacklevel=4,
         )
+
+    def _can_take_assist(self) -> bool:
+        """Whether ``entropy_bonus_assist=True`` is allowed with this control: a target-following paper control
+        (following its target with this config) whose knob is not the entropy coefficient."""
+        control_cls = _control_registry().get(self.entropy_control)
+        return (self.entropy_control in TARGET_FOLLOWING_CONTROLS and self.entropy_control not in COEFFICIENT_CONTROLS
+                and control_cls.follows_target_for(self))
 
     def _validate_model_card_fields(self) -> None:
         from ..model_card import is_hub_model_id
@@ -1033,10 +1040,9 @@ class GRPOEntropyConfig(GRPOConfig):
             raise ValueError(f"entropy_bonus_assist_window must be an integer >= 1, got {window!r}.")
         control = self.entropy_control
         if self.entropy_bonus_assist:
-            assistable = [c for c in TARGET_FOLLOWING_CONTROLS if c not in COEFFICIENT_CONTROLS]
-            control_cls = _control_registry().get(control)
-            fixed = control in assistable and not control_cls.follows_target_for(self)
-            if control not in assistable or fixed:
+            if not self._can_take_assist():
+                assistable = [c for c in TARGET_FOLLOWING_CONTROLS if c not in COEFFICIENT_CONTROLS]
+                fixed = control in assistable  # an assistable control that does not follow its target here
                 raise ValueError(
                     f"entropy_bonus_assist=True needs a target-following paper control, one of {assistable} (with "
                     f"positive_reweight_schedule='entropy'); got entropy_control={control!r}"
