@@ -1,11 +1,17 @@
-"""Worker for tests/test_multiprocess.py: a short GRPOEntropyTrainer run under torchrun (gloo, CPU).
+"""Worker for tests/test_multiprocess.py: short GRPOEntropyTrainer runs under torchrun (gloo, CPU).
 
-Writes, per rank, the control's state, the knob and the logged entropy_control metrics after every optimizer step.
+    torchrun ... mp_worker.py CONTROL[,CONTROL...] OUT_DIR
+
+Runs each named control in turn in one launch (starting two processes and importing TRL costs more than a 4-step
+run: one launch for every control keeps the suite short) and writes, per control and rank, ``OUT_DIR/CONTROL/rank
+R.json``: the control's state, the knob and the logged entropy_control metrics after every optimizer step, or the
+error that ended that control's run (the other controls still run).
 """
 
 import json
 import os
 import sys
+import traceback
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,7 +50,8 @@ class Recorder(TrainerCallback):
         })
 
 
-def main(name, out_dir):
+def run_one(name, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
     args = tiny_args(out_dir, max_steps=4, per_device_train_batch_size=8, steps_per_generation=2,
                      learning_rate=1e-2, **CONTROLS[name])
     # with a KL reference (beta > 0) the model is passed by folder: transformers writes it on rank 0 only (the process
@@ -89,6 +96,20 @@ def _exit_cleanly() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def main(names, out_dir):
+    for name in names.split(","):
+        folder = os.path.join(out_dir, name)
+        try:
+            run_one(name, folder)
+        except Exception:  # recorded for the test of this control; the next control still runs
+            rank = int(os.environ.get("RANK", "0"))
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"rank{rank}.json"), "w") as f:
+                json.dump({"error": traceback.format_exc()}, f)
+            if torch.distributed.is_initialized():
+                torch.distributed.barrier()  # the other rank may still be inside its run: meet before the next one
 
 
 if __name__ == "__main__":
