@@ -98,6 +98,8 @@ def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=Fals
             acted_on = reading if measurement == "step" else entropy * (1 + shared) * (1 + 0.02 * rng.gauss(0, 1))
         measured.append(reading)
         targets.append(goal)
+        if measurement == "generation_batch":
+            controller.note_step_reading(reading)  # as the trainer does: the noise cap reads the step's reading
         coefficient = controller.update(acted_on, goal)
         applied.append(coefficient)
         averaged = beta * averaged + (1 - beta) * coefficient
@@ -114,8 +116,10 @@ SMOLLM2 = {"authorities": (0.3, 0.45, 0.7), "strong": (1.0, 2.0, 2.5), "noise": 
            "start": 1.2, "collapse_steps": 4, "collapse_pull": 0.15}
 
 
-def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2):
-    """The tracking error of one run on the plant calibrated to the SmolLM2 testbed (module docstring)."""
+def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2, measurement="step"):
+    """The tracking error of one run on the plant calibrated to the SmolLM2 testbed (module docstring);
+    ``measurement="generation_batch"``: the law acts on the batch's estimate (the step's own noise removed, 2% left)
+    and its noise cap reads the step's reading, as in the trainer."""
     rng = random.Random(seed)
     controller = make_controller()
     entropy, averaged, pull, shared = plant["start"] * H0, 0.0, plant["pull"], 0.0
@@ -128,7 +132,11 @@ def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2):
         reading = entropy * (1 + shared + math.sqrt(0.75) * noise * rng.gauss(0, 1))
         measured.append(reading)
         targets.append(goal)
-        coefficient = controller.update(reading, goal)
+        acted_on = reading
+        if measurement == "generation_batch":
+            acted_on = entropy * (1 + shared) * (1 + 0.02 * rng.gauss(0, 1))
+            controller.note_step_reading(reading)
+        coefficient = controller.update(acted_on, goal)
         averaged = beta * averaged + (1 - beta) * coefficient
         acting = averaged / (1 - beta ** (step + 1))  # Adam's bias-corrected first moment
         drift = plant["collapse_pull"] if step < plant["collapse_steps"] else pull
@@ -137,10 +145,11 @@ def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2):
     return tracking_error(measured, targets)
 
 
-def evaluate_smollm2(make_controller, seeds=20, strong=False):
+def evaluate_smollm2(make_controller, seeds=20, strong=False, measurement="step"):
     """Mean error on "hold" and "wsd" per authority of the calibrated plant."""
     gs = SMOLLM2["strong" if strong else "authorities"]
-    return {kind: [statistics.mean(simulate_smollm2(make_controller, g, kind, s) for s in range(seeds))
+    return {kind: [statistics.mean(simulate_smollm2(make_controller, g, kind, s, measurement=measurement)
+                                   for s in range(seeds))
                    for g in gs] for kind in ("hold", "wsd")}
 
 
@@ -175,6 +184,8 @@ LAWS = {
     "today's defaults with the compensation's kick as far down as up (entropy_bonus_compensation_clip='symmetric')":
         lambda: EntropyBonusController(compensation_clip="symmetric"),
     "penalty bound -0.5 (the default until 2026-11-26)": lambda: EntropyBonusController(c_min=-0.5),
+    "momentum compensation 1, integral gain x1.5 (with --measurement generation_batch: \" GCK\" on SmolLM2)":
+        lambda: EntropyBonusController(momentum_compensation=1.0, ki=0.0225),
 }
 
 
@@ -194,7 +205,8 @@ def main(argv=None):
         g_text = " / ".join(map(str, gs))
         print(f"| law | hold, g = {g_text} | wsd, g = {g_text} |\n|---|---|---|")
         for name, make in LAWS.items():
-            res = evaluate_smollm2(make, a.seeds, a.strong)
+            res = evaluate_smollm2(make, a.seeds, a.strong, "generation_batch" if a.measurement ==
+                                   "generation_batch" else "step")
             print(f"| {name} | " + " | ".join(" / ".join(f"{100 * v:.1f}%" for v in res[k]) for k in ("hold", "wsd"))
                   + " |", flush=True)
         return

@@ -495,6 +495,24 @@ def test_gains_rise_above_the_reference_only_on_a_clean_measurement():
     assert s_strong == pytest.approx(strong.authority.gain_scale) and s_strong < 0.7
 
 
+def test_the_noise_cap_reads_the_step_reading_when_one_is_noted():
+    """entropy_measurement="generation_batch": the law acts on a steady estimate, but the noise cap is read on the
+    step's own, noisy reading, so the gains do not rise because only the input got steadier."""
+    steady, noted = EntropyBonusController(), EntropyBonusController()
+    for reading in _noisy_readings(0.4, seed=1):
+        steady.update(1.0, 1.0)  # the estimate alone: no noise at all
+        noted.note_step_reading(reading)
+        noted.update(1.0, 1.0)
+    assert steady.noise < 0.05 and steady.noise_cap > 4.0
+    assert noted.noise > 0.3 and noted.noise_cap == 1.0
+    assert noted.level == steady.level and noted.value == steady.value  # the law itself acts on the estimate
+    assert noted.step_reading is None  # used by one update only
+    noted.note_step_reading(float("nan"))  # a non-finite reading is ignored: the estimate's own innovation counts
+    before = noted.noise_var
+    noted.update(1.0, 1.0)
+    assert noted.noise_var < before
+
+
 def test_noise_state_round_trip_and_bad_reference():
     a = EntropyBonusController()
     for m in _noisy_readings(0.2, n=30):

@@ -100,6 +100,23 @@ def test_with_a_frozen_policy_every_step_of_a_batch_reads_the_whole_batch(tmp_pa
     assert observed == estimates
 
 
+def test_the_step_reading_reaches_the_bonus_noise_cap(tmp_path):
+    """The control acts on the estimate, and the bonus's noise estimate is read on each step's own reading (what
+    the trainer logs as entropy_control/measured), alone and as the assist of a paper's control."""
+    for extra in ({}, dict(entropy_control="adaptive_clip", adaptive_clip_window=1, adaptive_clip_max=0.2,
+                           entropy_bonus_assist=True, entropy_bonus_assist_window=1)):
+        trainer = make(tiny_args(tmp_path, **{**dict(entropy_control="entropy_bonus", entropy_schedule_start=2.6,
+                                                     max_steps=4, learning_rate=1e-2,
+                                                     entropy_measurement="generation_batch", **OFF_POLICY),
+                                              **extra}))
+        control = trainer.entropy_control
+        bonus = control.bonus if extra else control.controller
+        noted, note = [], bonus.note_step_reading
+        bonus.note_step_reading = lambda r: (noted.append(r), note(r))
+        trainer.train()
+        assert noted == logged(trainer, "entropy_control/measured")
+
+
 def test_with_training_the_estimate_moves_with_the_policy(tmp_path):
     trainer = make(tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=4,
                              learning_rate=1e-2, entropy_measurement="generation_batch", **OFF_POLICY))

@@ -185,6 +185,10 @@ class EntropyControl:
     def observe(self, measured: float, target: float | None) -> None:
         """Update from one optimizer step's global measured entropy and its scheduled target."""
 
+    def note_step_reading(self, reading: float) -> None:
+        """With ``entropy_measurement="generation_batch"``, called just before :meth:`observe` with the step's own
+        reading (``observe`` gets the generation-batch estimate). Default: ignored."""
+
     @property
     def knob(self) -> float | None:
         return None
@@ -964,6 +968,9 @@ class EntropyBonusControl(ControllerControl):
     def apply(self, trainer) -> None:
         _set_coefficient(trainer, self.controller.value)
 
+    def note_step_reading(self, reading):
+        self.controller.note_step_reading(reading)
+
     def observe(self, measured, target):
         if target is not None:
             self.controller.update(measured, target)
@@ -1087,6 +1094,10 @@ class AssistedControl:
     def apply(self, trainer) -> None:
         self.inner.apply(trainer)
         _set_coefficient(trainer, self.bonus.value)
+
+    def note_step_reading(self, reading):
+        self.inner.note_step_reading(reading)
+        self.bonus.note_step_reading(reading)
 
     def observe(self, measured, target):
         self.inner.observe(measured, target)

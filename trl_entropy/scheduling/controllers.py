@@ -465,6 +465,7 @@ class EntropyBonusController:
         self.authority.u = (1.0 - self.momentum) * self.value
         self.moment_steps = 1  # steps in that average (Adam's bias correction)
         self.law = self.value  # the law's output: the coefficient the optimizer should see after its averaging
+        self.step_reading: float | None = None  # see note_step_reading (used by the next update, then cleared)
 
     @property
     def gain_scale(self) -> float:
@@ -477,8 +478,20 @@ class EntropyBonusController:
     @property
     def noise(self) -> float:
         """The filter's relative innovation noise: root of the running mean of ``((H - H_pred) / H_pred)^2``, with
-        ``H_pred`` the filter's one-step prediction (starts at ``noise_reference``)."""
+        ``H_pred`` the filter's one-step prediction and ``H`` the step's own reading (:meth:`note_step_reading`,
+        else the measurement the law acts on); starts at ``noise_reference``."""
         return math.sqrt(self.noise_var)
+
+    def note_step_reading(self, reading: float) -> None:
+        """The step's own entropy reading, where the law acts on a steadier estimate of the same quantity
+        (``entropy_measurement="generation_batch"``): the next :meth:`update` measures the noise cap's noise on it.
+
+        Why: a steadier input is not a steadier plant. On SmolLM2 the generation-batch estimate is 2.5-3x steadier
+        than the step's reading, so a noise cap read on it let the gain scale rise 1.5-3x (on an authority estimate
+        that feedback biases low), and the loop swung again (0.66 to 1.11 nats on a held 0.95; docs: benchmarks,
+        the generation-batch measurement). Read on the step's reading, the cap lets the gains rise only where the
+        policy's per-step entropy itself is measured cleanly."""
+        self.step_reading = float(reading) if math.isfinite(reading) else None
 
     @property
     def noise_cap(self) -> float:
@@ -593,17 +606,21 @@ class EntropyBonusController:
         self._applied(self.value)
 
     def _filter(self, measured: float) -> None:
-        """Holt's double exponential smoothing of the measured entropy: level and trend per step."""
+        """Holt's double exponential smoothing of the measured entropy: level and trend per step (and the noise
+        estimate, on the step's reading where one was noted)."""
         if self.level is None:
             self.level = measured
+            self.step_reading = None
             return
         previous = self.level
         predicted = max(self.level + self.trend, 1e-6)
         w = self.NOISE_SMOOTHING
-        self.noise_var = (1.0 - w) * self.noise_var + w * min(1.0, ((measured - predicted) / predicted) ** 2)
+        reading = measured if self.step_reading is None else self.step_reading
+        self.noise_var = (1.0 - w) * self.noise_var + w * min(1.0, ((reading - predicted) / predicted) ** 2)
         a, g = self.level_smoothing, self.trend_smoothing
         self.level = a * measured + (1.0 - a) * (self.level + self.trend)
         self.trend = g * (self.level - previous) + (1.0 - g) * self.trend
+        self.step_reading = None
 
     @property
     def limit_push(self) -> int:

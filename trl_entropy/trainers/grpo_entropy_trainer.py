@@ -781,6 +781,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             if control.follows_target:  # a control that ignores the target has no tracking error, only a reference
                 log_metric(self, METRIC_PREFIX + "tracking_error", measured - target)
                 log_metric(self, METRIC_PREFIX + "relative_tracking_error", abs(measured - target) / max(target, 1e-8))
+        if batch_estimate is not None:
+            control.note_step_reading(measured)  # e.g. the bonus's noise cap reads the step's own noise
         control.observe(acted_on, target)
         for key, value in control.metrics().items():
             log_metric(self, METRIC_PREFIX + key, value)
