@@ -1,4 +1,5 @@
 import functools
+import os
 import re
 import warnings
 
@@ -6,7 +7,8 @@ import pytest
 
 from trl_entropy import GRPOEntropyConfig
 
-BASE = dict(output_dir="unused", use_cpu=True, report_to="none", per_device_train_batch_size=8, num_generations=4)
+BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=8,
+            num_generations=4)
 # off-policy: 4 optimizer steps per generation batch, so the clip bound acts
 OFF = dict(steps_per_generation=4)
 AC = dict(entropy_control="adaptive_clip", entropy_schedule_start=0.5, **OFF)
@@ -185,6 +187,7 @@ def test_constant_schedule_warns_that_it_ignores_the_end():
 def test_bool_fields_accept_booleans():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message="bf16=True with use_cpu")  # bf16=None resolves to True on a CPU
         c = cfg(entropy_plots=False, allow_trl_adaptive_entropy=True, log_completions=True, bf16=None)
     assert c.entropy_plots is False
 
@@ -283,3 +286,35 @@ def test_fields_of_the_running_control_do_not_warn(kw):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=r".*no effect on this run")
         cfg(**kw)
+
+
+def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch):
+    """TRL's GRPOConfig turns bf16 on; on a CPU without bfloat16 instructions that is ~10x slower (measured on
+    SmolLM2). Warned once at construction, with the fix; silent with bf16=False, on a GPU, or where the CPU has them."""
+    import trl_entropy.trainers.grpo_entropy_config as module
+
+    monkeypatch.setattr(module, "_cpu_has_bf16_instructions", lambda: False)
+    with pytest.warns(UserWarning, match=r"bf16=True with use_cpu=True .* this CPU lists no bfloat16 instructions"
+                                         r".*pass bf16=False \(--bf16 false\)"):
+        cfg(bf16=True)
+    monkeypatch.setattr(module, "_cpu_has_bf16_instructions", lambda: None)
+    with pytest.warns(UserWarning, match=r"if this CPU has no bfloat16 instructions"):
+        cfg(bf16=True)
+    for has in (True, False):
+        monkeypatch.setattr(module, "_cpu_has_bf16_instructions", lambda has=has: has)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            cfg(bf16=False)
+            if has:
+                cfg(bf16=True)
+
+
+def test_the_cpu_flags_are_read_from_proc_cpuinfo():
+    from trl_entropy.trainers.grpo_entropy_config import _cpu_has_bf16_instructions
+
+    found = _cpu_has_bf16_instructions()
+    if os.path.exists("/proc/cpuinfo"):
+        flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
+        assert found is (("avx512_bf16" in flags.split()) or ("amx_bf16" in flags.split())) if flags else found is None
+    else:
+        assert found is None

@@ -718,6 +718,29 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_entropy_fields()
         self._validate_model_card_fields()
         self._warn_unused_control_fields()
+        self._warn_bf16_on_cpu()
+
+    def _warn_bf16_on_cpu(self) -> None:
+        """A warning for ``bf16=True`` with ``use_cpu=True`` on a CPU without bfloat16 instructions.
+
+        TRL's ``GRPOConfig`` turns ``bf16`` on by default, and on a CPU that is bfloat16 autocast. Measured here (2
+        cores, AMD EPYC with AVX2 and no bfloat16 instructions, SmolLM2-135M, 8 completions of 12 tokens a step):
+        98 s a step against 7-16 s with ``bf16=False``. A CPU whose flags list ``avx512_bf16`` or ``amx_bf16`` is
+        not warned about; where the flags cannot be read (no ``/proc/cpuinfo``), the warning says so."""
+        if not (self.bf16 and self.use_cpu):
+            return
+        has_units = _cpu_has_bf16_instructions()
+        if has_units:
+            return
+        which = ("this CPU lists no bfloat16 instructions (avx512_bf16, amx_bf16)" if has_units is False
+                 else "if this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)")
+        warnings.warn(
+            f"bf16=True with use_cpu=True trains under bfloat16 autocast on the CPU, and {which}: that is far slower "
+            "than float32 (measured on SmolLM2-135M, 2 cores: 98 s a step against 7-16 s). TRL's GRPOConfig turns "
+            "bf16 on by default; pass bf16=False (--bf16 false) to train in float32.",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _warn_unused_control_fields(self) -> None:
         """One warning naming every field of another control set away from its default: it has no effect on this run.
@@ -1108,3 +1131,16 @@ class GRPOEntropyConfig(GRPOConfig):
         # The same condition TRL uses to decide whether it needs old log-probs (grpo_trainer, trl 1.16).
         generate_every = self.steps_per_generation * self.num_iterations
         return self.gradient_accumulation_steps % generate_every != 0
+
+
+def _cpu_has_bf16_instructions() -> bool | None:
+    """Whether the CPU's flags (``/proc/cpuinfo``) list bfloat16 instructions; ``None`` where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        return None
+    return None
