@@ -74,6 +74,17 @@ def tracking_error(measured, targets):
     return statistics.mean(abs(a - b) / b for a, b in zip(m[skip:], t[skip:]))
 
 
+def observe(controller, goal, reading, entropy, shared, rng, measurement):
+    """One update of the law, fed as the trainer feeds it: the step's reading, or, with ``"generation_batch"``, the
+    batch's estimate (the batch's shared noise kept, the step's own dropped, 2% left) with the step's reading noted
+    for the noise cap. Returns the applied coefficient."""
+    if measurement != "generation_batch":
+        return controller.update(reading, goal)
+    estimate = entropy * (1 + shared) * (1 + 0.02 * rng.gauss(0, 1))
+    controller.note_step_reading(reading)
+    return controller.update(estimate, goal)
+
+
 def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=False, measurement="iid"):
     """The tracking error of one run (with ``effort``: the triple (error, rms of the applied coefficient, its mean
     step-to-step change |dc|, the chatter)).
@@ -90,17 +101,14 @@ def simulate(make_controller, g, beta, pull, kind, seed, noise=0.15, effort=Fals
     for step in range(STEPS):
         goal = target(step, kind)
         if measurement == "iid":
-            reading = acted_on = entropy * (1 + noise * rng.gauss(0, 1))
+            reading = entropy * (1 + noise * rng.gauss(0, 1))
         else:
             if step % BATCH_STEPS == 0:
                 shared = 0.5 * noise * rng.gauss(0, 1)
             reading = entropy * (1 + shared + math.sqrt(0.75) * noise * rng.gauss(0, 1))
-            acted_on = reading if measurement == "step" else entropy * (1 + shared) * (1 + 0.02 * rng.gauss(0, 1))
         measured.append(reading)
         targets.append(goal)
-        if measurement == "generation_batch":
-            controller.note_step_reading(reading)  # as the trainer does: the noise cap reads the step's reading
-        coefficient = controller.update(acted_on, goal)
+        coefficient = observe(controller, goal, reading, entropy, shared, rng, measurement)
         applied.append(coefficient)
         averaged = beta * averaged + (1 - beta) * coefficient
         pull = max(0.0, pull + 0.004 * rng.gauss(0, 1))
@@ -132,11 +140,7 @@ def simulate_smollm2(make_controller, g, kind, seed, plant=SMOLLM2, measurement=
         reading = entropy * (1 + shared + math.sqrt(0.75) * noise * rng.gauss(0, 1))
         measured.append(reading)
         targets.append(goal)
-        acted_on = reading
-        if measurement == "generation_batch":
-            acted_on = entropy * (1 + shared) * (1 + 0.02 * rng.gauss(0, 1))
-            controller.note_step_reading(reading)
-        coefficient = controller.update(acted_on, goal)
+        coefficient = observe(controller, goal, reading, entropy, shared, rng, measurement)
         averaged = beta * averaged + (1 - beta) * coefficient
         acting = averaged / (1 - beta ** (step + 1))  # Adam's bias-corrected first moment
         drift = plant["collapse_pull"] if step < plant["collapse_steps"] else pull

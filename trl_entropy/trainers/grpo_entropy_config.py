@@ -1133,6 +1133,7 @@ class GRPOEntropyConfig(GRPOConfig):
         return self.gradient_accumulation_steps % generate_every != 0
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_has_bf16_instructions() -> bool | None:
     """Whether the CPU's flags (``/proc/cpuinfo``) list bfloat16 instructions; ``None`` where they cannot be read."""
     try:
