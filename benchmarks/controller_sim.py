@@ -190,6 +190,8 @@ LAWS = {
     "penalty bound -0.5 (the default until 2026-11-26)": lambda: EntropyBonusController(c_min=-0.5),
     "momentum compensation 1, integral gain x1.5 (with --measurement generation_batch: \" GCK\" on SmolLM2)":
         lambda: EntropyBonusController(momentum_compensation=1.0, ki=0.0225),
+    "the integral sums the level's error, integral gain x2 (\" LI\" on SmolLM2)":
+        lambda: EntropyBonusController(integral_error="level", ki=0.03),
 }
 
 

@@ -188,6 +188,8 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
     (dict(entropy_control="entropy_bonus", entropy_coef=0.7), "entropy_coef .* must lie in"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_compensation_clip="Symmetric"),
      "entropy_bonus_compensation_clip must be one of"),
+    (dict(entropy_control="entropy_bonus", entropy_bonus_integral_error="levels"),
+     "entropy_bonus_integral_error must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="initialx"), "entropy_schedule_start must be"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="-0.5*initial"), "entropy_schedule_start"),
     (dict(entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="0.5*initial",
@@ -298,3 +300,14 @@ def test_assist_bleeds_its_load_back_to_a_knob_that_has_recovered(tmp_path):
         ctl.observe(1.0, 1.0)
         steps += 1
     assert not ctl.active and 10 < steps < 100
+
+
+def test_the_integral_error_field_reaches_the_controller(tmp_path):
+    from trl_entropy.controls import _bonus_controller
+
+    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
+                                           entropy_bonus_integral_error="level", entropy_bonus_ki=0.03))
+    controller = _bonus_controller(args)
+    assert controller.integral_error == "level" and controller.ki == 0.03
+    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
+        tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0))).integral_error == "prediction"

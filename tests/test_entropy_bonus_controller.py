@@ -576,3 +576,57 @@ def test_release_first_anneal_tracks_on_the_simulated_plant():
     """On the simulated plant the anneal bound must not lose the WSD target (its plant's own pull is strong)."""
     anneal = [simulate(EntropyBonusController(anneal_min=-0.1).update, seed=s, target=wsd) for s in range(3)]
     assert sum(anneal) / 3 < 0.10
+
+
+def test_level_integral_sums_the_filtered_levels_error_by_hand():
+    c = make(integral_error="level")
+    c.update(0.5, 1.0)  # first step: level 0.5, no trend, so both errors are 0.5
+    assert c.integral == pytest.approx(0.005 * 0.5)
+    c.update(0.7, 1.0)  # level 0.56, prediction 0.596 (test_first_steps_by_hand): the integral sums 1 - 0.56
+    assert c.predicted == pytest.approx(0.596)
+    assert c.integral == pytest.approx(0.0025 + 0.005 * 0.44)
+    assert c.value == pytest.approx(0.0025 + 0.05 * 0.404)  # the law's proportional term keeps the prediction
+
+
+def test_a_rebound_drains_the_prediction_integral_and_not_the_level_one():
+    """Entropy rising fast but still below its target: the prediction looks past the target and its integral falls,
+    the level's integral keeps rising (the offset persists)."""
+    prediction, level = make(horizon=6.0), make(horizon=6.0, integral_error="level")
+    for h in (0.5, 0.5, 0.5, 0.65, 0.8, 0.9, 0.95):
+        prediction.update(h, 1.0)
+        level.update(h, 1.0)
+    assert prediction.predicted > 1.0 and level.level < 1.0
+    assert level.integral > prediction.integral
+    before = (prediction.integral, level.integral)
+    prediction.update(0.97, 1.0)
+    level.update(0.97, 1.0)
+    assert prediction.integral < before[0] and level.integral > before[1]
+
+
+def test_level_integral_does_not_wind_up_against_a_bound():
+    c = make(ki=0.02, c_max=0.1, integral_error="level")
+    for _ in range(200):
+        c.update(0.0, 1.0)
+    assert c.value == pytest.approx(0.1) and c.integral <= 0.1 + 1e-12
+
+
+def test_integral_error_is_validated_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="entropy_bonus_integral_error"):
+        EntropyBonusController(integral_error="levels")
+    assert EntropyBonusController().state_dict()["config"]["integral_error"] == "prediction"
+    rng = random.Random(1)
+    seq = [(rng.uniform(0.3, 1.8), 1.0) for _ in range(40)]
+    a = EntropyBonusController(integral_error="level", ki=0.03)
+    for m, t in seq[:20]:
+        a.update(m, t)
+    b = EntropyBonusController(integral_error="level", ki=0.03)
+    b.load_state_dict(a.state_dict())
+    assert [a.update(m, t) for m, t in seq[20:]] == [b.update(m, t) for m, t in seq[20:]]
+
+
+def test_level_integral_holds_both_targets_on_the_simulated_plant():
+    for target in (None, wsd):
+        kw = {} if target is None else {"target": target}
+        errs = [simulate(EntropyBonusController(integral_error="level", ki=0.03).update, seed=s, **kw)
+                for s in range(3)]
+        assert sum(errs) / 3 < 0.10

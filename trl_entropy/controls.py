@@ -912,6 +912,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         momentum_compensation=args.entropy_bonus_momentum_compensation,
         anneal_min=args.entropy_bonus_anneal_min,
         compensation_clip=args.entropy_bonus_compensation_clip,
+        integral_error=args.entropy_bonus_integral_error,
     )
 
 

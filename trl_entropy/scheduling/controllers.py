@@ -363,9 +363,18 @@ class EntropyBonusController:
        11.7% on hold) but its trained policies were 0.04-0.09 less accurate than TRL's rule's; with -0.1 they are
        as accurate or more (docs: benchmarks, the penalty bound). Entropy is then lowered mostly by releasing the
        bonus and letting the policy gradient's own pull act.
-    5. **Integral with anti-windup**: ``I <- clip(I + ki * e, c_min, c_max)``, skipped when the output sits at a
-       bound and the error asks to go further (conditional integration), so the integral never winds up against a
-       bound. ``I`` converges to the coefficient that balances the policy gradient's own pull on entropy.
+    5. **Integral with anti-windup**: ``I <- clip(I + ki * e_I, c_min, c_max)``, skipped when the output sits at a
+       bound and ``e_I`` asks to go further (conditional integration), so the integral never winds up against a
+       bound. ``I`` converges to the coefficient that balances the policy gradient's own pull on entropy. What it
+       integrates (``integral_error``): ``"prediction"`` (the default), the law's error ``e`` above; ``"level"``,
+       the filtered level's own error ``clip((T_next - L) / T_next)``. The prediction's look-ahead is a brake for
+       the proportional term; summed into the integral it also adds ``horizon * ki`` times every change of the
+       level (a hidden proportional term of gain ``horizon * ki`` on the level, and the trend's noise), which is
+       what makes a faster integral swing where the knob is strong. ``"level"`` integrates only the offset itself,
+       and so takes a larger ``ki``: on the simulated plant (``benchmarks/controller_sim.py --plant smollm2``),
+       ``ki=0.03`` with ``"level"`` tracks closer than the defaults at SmolLM2's authority and far closer where the
+       knob is 2-2.5x stronger, where ``ki=0.03`` with ``"prediction"`` swings (docs: benchmarks, the level's
+       integral).
     6. **Momentum compensation** (``momentum_compensation``, 0 to 1): the coefficient reaches the weights through
        the optimizer's gradient average (Adam's ``beta1``: at 0.9 a change arrives over ~10 steps), so a law whose
        output is applied as it is keeps pushing for ~10 steps after it has turned, and the loop swings (measured on
@@ -398,6 +407,7 @@ class EntropyBonusController:
     """
 
     COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
+    INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
 
@@ -406,11 +416,16 @@ class EntropyBonusController:
                  trend_smoothing: float = 0.2, initial: float = 0.0, bound_limit: float | None = 1.0,
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
-                 anneal_min: float | None = None, compensation_clip: str = "bounds"):
+                 anneal_min: float | None = None, compensation_clip: str = "bounds",
+                 integral_error: str = "prediction"):
         if compensation_clip not in self.COMPENSATION_CLIPS:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
                              f"{compensation_clip!r}.")
         self.compensation_clip = compensation_clip
+        if integral_error not in self.INTEGRAL_ERRORS:
+            raise ValueError(f"entropy_bonus_integral_error must be one of {self.INTEGRAL_ERRORS}, got "
+                             f"{integral_error!r}.")
+        self.integral_error = integral_error
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
@@ -521,8 +536,11 @@ class EntropyBonusController:
         self.raw = self.integral + scale * self.kp * self.error + self.feedforward
         self.law = min(self.c_max, max(low, self.raw))
         pushing_past = (self.raw >= self.c_max and self.error > 0) or (self.raw <= low and self.error < 0)
-        if not pushing_past:
-            self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * self.error))
+        summed = self.error  # what the integral sums (step 5)
+        if self.integral_error == "level":
+            summed = min(1.0, max(-1.0, (next_target - self.level) / next_target))
+        if not ((self.raw >= self.c_max and summed > 0) or (self.raw <= low and summed < 0)):
+            self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
         # the anneal's bound is a choice, not a sign that the knob's scale is too small: it does not grow
@@ -659,7 +677,8 @@ class EntropyBonusController:
                        "trend_smoothing": self.trend_smoothing, "adapt_gain": self.adapt_gain,
                        "authority": self.authority.prior, "momentum": self.authority.momentum,
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
-                       "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip},
+                       "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
+                       "integral_error": self.integral_error},
         }
 
     def load_state_dict(self, state: dict) -> None:

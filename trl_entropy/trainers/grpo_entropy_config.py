@@ -307,6 +307,10 @@ class GRPOEntropyConfig(GRPOConfig):
             `"symmetric"` within `+-2 * max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up. Either way
             the optimizer's average of it stays within the bounds. On SmolLM2 (ten seeds) the two track alike
             (`"symmetric"` 11.6% against 11.9% on a held target; docs: benchmarks, ten seeds on a GPU).
+        entropy_bonus_integral_error (`str`, *optional*, defaults to `"prediction"`):
+            What the law's integral sums: `"prediction"`, the error of the entropy predicted
+            `entropy_bonus_horizon` steps ahead (the proportional term's error), or `"level"`, the error of the
+            filtered entropy itself, so that a rebound or a dip does not move the standing bonus by its trend.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -573,6 +577,13 @@ class GRPOEntropyConfig(GRPOConfig):
                   "as far down as up; on SmolLM2 the two track alike over ten seeds). The optimizer's average stays within "
                   "the bounds either way.",
                   "choices": list(EntropyBonusController.COMPENSATION_CLIPS)},
+    )
+    entropy_bonus_integral_error: str = field(
+        default="prediction",
+        metadata={"help": "Entropy bonus: what the integral sums: 'prediction' (the error of the entropy predicted "
+                  "entropy_bonus_horizon steps ahead, as the proportional term) or 'level' (the error of the "
+                  "filtered entropy itself: a rebound or a dip does not move the standing bonus by its trend).",
+                  "choices": list(EntropyBonusController.INTEGRAL_ERRORS)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1046,6 +1057,10 @@ class GRPOEntropyConfig(GRPOConfig):
         if self.entropy_bonus_compensation_clip not in clips:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {list(clips)}, got "
                              f"{self.entropy_bonus_compensation_clip!r}.")
+        sums = EntropyBonusController.INTEGRAL_ERRORS
+        if self.entropy_bonus_integral_error not in sums:
+            raise ValueError(f"entropy_bonus_integral_error must be one of {list(sums)}, got "
+                             f"{self.entropy_bonus_integral_error!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
