@@ -529,18 +529,18 @@ class EntropyBonusController:
         slope = 0.0 if self.last_target is None else target - self.last_target
         self.last_target = target
         next_target = max(target + slope, 1e-6)
-        self.error = min(1.0, max(-1.0, (next_target - self.predicted) / next_target))
+        self.error = _clipped_relative_error(next_target, self.predicted)
         # a jump of the target (a one-step anneal) is not a slope: the term is held within the bounds
         scale = self.gain_scale
         low = self.low_bound(slope)
         self.feedforward = min(self.c_max, max(self.c_min, scale * self.kff * slope / max(target, 1e-6)))
         self.raw = self.integral + scale * self.kp * self.error + self.feedforward
         self.law = min(self.c_max, max(low, self.raw))
-        pushing_past = (self.raw >= self.c_max and self.error > 0) or (self.raw <= low and self.error < 0)
+        pushing_past = self._pushes_past_a_bound(self.error, low)
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
-            summed = min(1.0, max(-1.0, (next_target - self.level) / next_target))
-        if not ((self.raw >= self.c_max and summed > 0) or (self.raw <= low and summed < 0)):
+            summed = _clipped_relative_error(next_target, self.level)
+        if not self._pushes_past_a_bound(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
@@ -549,6 +549,11 @@ class EntropyBonusController:
         self.value = self._compensate(self.law, low)
         self._applied(self.value)
         return self.value
+
+    def _pushes_past_a_bound(self, error: float, low: float) -> bool:
+        """Whether the law's unclipped output sits at a bound (``c_max``, or ``low``) with ``error`` asking to go
+        further (conditional integration, and the bounds' growth)."""
+        return (self.raw >= self.c_max and error > 0) or (self.raw <= low and error < 0)
 
     def low_bound(self, slope: float) -> float:
         """The coefficient's lower bound for an update whose target moved by ``slope``: ``c_min``, or, with
@@ -702,6 +707,11 @@ class EntropyBonusController:
         self.law = float(state.get("law", self.value))
         if "authority" in state:
             self.authority.load_state_dict(state["authority"])
+
+
+def _clipped_relative_error(target: float, value: float) -> float:
+    """``(target - value) / target``, clipped to [-1, 1] (step 2 of the bonus's law)."""
+    return min(1.0, max(-1.0, (target - value) / target))
 
 
 def _limit_push(direction: int, value: float, low: float, high: float) -> int:
