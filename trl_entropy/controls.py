@@ -120,6 +120,8 @@ class EntropyControl:
       coefficient: such a control gets no ``entropy_bonus_assist`` on top.
     * ``uses_rollouts``, ``uses_advantage_weights``, ``uses_token_hooks``, ``needs_step_plan``: which hooks the
       trainer calls (see the module docstring).
+    * ``uses_pull_sums``: the trainer sums :func:`~trl_entropy.scheduling.measurement.entropy_pull_sums` over
+      each optimizer step's loss forwards (no extra pass) and passes the global sums to :meth:`note_pull`.
     * ``additive_loss_term`` (with ``uses_token_hooks``): the control's :class:`TokenHooks` only ever set the
       additive adjustment (``adjust_mask``, ``adjust_alpha``), never a per-token change of the surrogate. The trainer
       then keeps TRL's own ``_compute_loss`` and adds the term, computed from the log-probs of TRL's loss forward
@@ -142,6 +144,7 @@ class EntropyControl:
     uses_rollouts: bool = False  # implements transform_rollouts
     uses_advantage_weights: bool = False  # implements advantage_weights
     uses_token_hooks: bool = False  # implements token_hooks (the trainer then computes the loss on our own path)
+    uses_pull_sums: bool = False  # implements note_pull (the policy gradient's pull on entropy, per step)
     additive_loss_term: bool = False  # token_hooks only add a term (adjust_*): TRL's own loss plus that term
     needs_step_plan: bool = False  # implements plan_window (selection decided once per optimizer step, globally)
     uses_trl_adaptive_entropy: bool = False  # the control is TRL's use_adaptive_entropy (set by the config)
@@ -188,6 +191,10 @@ class EntropyControl:
     def note_step_reading(self, reading: float) -> None:
         """With ``entropy_measurement="generation_batch"``, called just before :meth:`observe` with the step's own
         reading (``observe`` gets the generation-batch estimate). Default: ignored."""
+
+    def note_pull(self, cov: float, var: float) -> None:
+        """With ``uses_pull_sums``, called just before :meth:`observe` with the step's two global pull sums
+        (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`). Default: ignored."""
 
     @property
     def knob(self) -> float | None:
@@ -913,6 +920,8 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         anneal_min=args.entropy_bonus_anneal_min,
         compensation_clip=args.entropy_bonus_compensation_clip,
         integral_error=args.entropy_bonus_integral_error,
+        pull_gain=args.entropy_bonus_pull_gain,
+        pull_smoothing=args.entropy_bonus_pull_smoothing,
     )
 
 
@@ -969,8 +978,13 @@ class EntropyBonusControl(ControllerControl):
     def apply(self, trainer) -> None:
         _set_coefficient(trainer, self.controller.value)
 
+    uses_pull_sums = True
+
     def note_step_reading(self, reading):
         self.controller.note_step_reading(reading)
+
+    def note_pull(self, cov, var):
+        self.controller.note_pull(cov, var)
 
     def observe(self, measured, target):
         if target is not None:
@@ -985,7 +999,15 @@ class EntropyBonusControl(ControllerControl):
             out["bonus_annealing"] = float(c.annealing)
         if c.predicted is not None:
             out["bonus_predicted_entropy"] = c.predicted
+        out.update(_pull_metrics(c))
         return out
+
+
+def _pull_metrics(c: EntropyBonusController) -> dict[str, float]:
+    """``bonus_pull``: the coefficient that balances the policy gradient's pull on entropy (once measured);
+    ``bonus_pull_term``: the part of the law it set (0 with ``entropy_bonus_pull_gain=0``)."""
+    pull = c.pull_coefficient
+    return {} if pull is None else {"bonus_pull": pull, "bonus_pull_term": c.pull_term}
 
 
 @register_control("trl_adaptive")
@@ -1096,9 +1118,15 @@ class AssistedControl:
         self.inner.apply(trainer)
         _set_coefficient(trainer, self.bonus.value)
 
+    uses_pull_sums = True
+
     def note_step_reading(self, reading):
         self.inner.note_step_reading(reading)
         self.bonus.note_step_reading(reading)
+
+    def note_pull(self, cov, var):
+        self.inner.note_pull(cov, var)
+        self.bonus.note_pull(cov, var)
 
     def observe(self, measured, target):
         self.inner.observe(measured, target)
@@ -1142,6 +1170,7 @@ class AssistedControl:
     def metrics(self):
         out = dict(self.inner.metrics())
         out.update({"assist_active": float(self.active), "entropy_coef": self.bonus.value})
+        out.update(_pull_metrics(self.bonus))
         return out
 
     def state_dict(self):

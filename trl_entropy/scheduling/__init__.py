@@ -8,7 +8,7 @@ from .controllers import (
     SaturationMonitor,
 )
 from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
-from .measurement import entropy_sums, generation_batch_entropy
+from .measurement import entropy_pull_sums, entropy_sums, generation_batch_entropy, pull_coefficient
 from .schedules import (
     CallableSchedule,
     ConstantSchedule,
@@ -41,4 +41,6 @@ __all__ = [
     "schedule_label",
     "entropy_sums",
     "generation_batch_entropy",
+    "entropy_pull_sums",
+    "pull_coefficient",
 ]

@@ -418,7 +418,7 @@ class EntropyBonusController:
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "bounds",
-                 integral_error: str = "prediction"):
+                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3):
         if compensation_clip not in self.COMPENSATION_CLIPS:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
                              f"{compensation_clip!r}.")
@@ -430,7 +430,11 @@ class EntropyBonusController:
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
-        for name, v in (("level_smoothing", level_smoothing), ("trend_smoothing", trend_smoothing)):
+        if not (isinstance(pull_gain, (int, float)) and math.isfinite(pull_gain) and pull_gain >= 0):
+            raise ValueError(f"entropy_bonus_pull_gain must be a finite number >= 0, got {pull_gain!r}.")
+        self.pull_gain = float(pull_gain)
+        for name, v in (("level_smoothing", level_smoothing), ("trend_smoothing", trend_smoothing),
+                        ("pull_smoothing", pull_smoothing)):
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
                 raise ValueError(f"entropy_bonus_{name} must be a number in (0, 1], got {v!r}.")
         if not (math.isfinite(c_min) and math.isfinite(c_max) and c_min <= 0.0 <= c_max):
@@ -457,6 +461,10 @@ class EntropyBonusController:
         self.pushed = 0  # consecutive updates whose output was clipped at a bound with the error pushing further
         self.horizon = float(horizon)
         self.level_smoothing, self.trend_smoothing = float(level_smoothing), float(trend_smoothing)
+        self.pull_smoothing = float(pull_smoothing)
+        self.pull_cov: float | None = None  # smoothed sums of entropy_pull_sums (step 4's pull feed-forward)
+        self.pull_var: float | None = None
+        self.pull_term = 0.0  # the pull feed-forward of the last update
         self.value = float(initial)
         self.integral = float(initial)
         self.level: float | None = None
@@ -534,7 +542,9 @@ class EntropyBonusController:
         scale = self.gain_scale
         low = self.low_bound(slope)
         self.feedforward = min(self.c_max, max(self.c_min, scale * self.kff * slope / max(target, 1e-6)))
-        self.raw = self.integral + scale * self.kp * self.error + self.feedforward
+        pull = self.pull_coefficient
+        self.pull_term = 0.0 if pull is None else min(self.c_max, max(low, self.pull_gain * pull))
+        self.raw = self.integral + scale * self.kp * self.error + self.feedforward + self.pull_term
         self.law = min(self.c_max, max(low, self.raw))
         pushing_past = self._pushes_past_a_bound(self.error, low)
         summed = self.error  # what the integral sums (step 5)
@@ -549,6 +559,27 @@ class EntropyBonusController:
         self.value = self._compensate(self.law, low)
         self._applied(self.value)
         return self.value
+
+    def note_pull(self, cov: float, var: float) -> None:
+        """The step's two pull sums (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`, global): each
+        is smoothed (weight ``pull_smoothing`` on the newest), and their ratio is :attr:`pull_coefficient`.
+        Non-finite values or a ``var`` that is not positive are ignored."""
+        if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
+            return
+        if self.pull_cov is None or self.pull_var is None:
+            self.pull_cov, self.pull_var = float(cov), float(var)
+            return
+        w = self.pull_smoothing
+        self.pull_cov = (1.0 - w) * self.pull_cov + w * float(cov)
+        self.pull_var = (1.0 - w) * self.pull_var + w * float(var)
+
+    @property
+    def pull_coefficient(self) -> float | None:
+        """The coefficient that balances the policy gradient's pull on entropy, estimated from the smoothed sums of
+        :meth:`note_pull` (``cov / var``); ``None`` before any."""
+        if self.pull_cov is None or not self.pull_var:
+            return None
+        return self.pull_cov / self.pull_var
 
     def _pushes_past_a_bound(self, error: float, low: float) -> bool:
         """Whether the law's unclipped output sits at a bound (``c_max``, or ``low``) with ``error`` asking to go
@@ -677,6 +708,9 @@ class EntropyBonusController:
             "noise_var": self.noise_var,
             "moment_steps": self.moment_steps,
             "law": self.law,
+            "pull_cov": self.pull_cov,
+            "pull_var": self.pull_var,
+            "pull_term": self.pull_term,
             "authority": self.authority.state_dict(),
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
@@ -684,7 +718,8 @@ class EntropyBonusController:
                        "authority": self.authority.prior, "momentum": self.authority.momentum,
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
-                       "integral_error": self.integral_error},
+                       "integral_error": self.integral_error, "pull_gain": self.pull_gain,
+                       "pull_smoothing": self.pull_smoothing},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -705,6 +740,9 @@ class EntropyBonusController:
         self.noise_var = float(state.get("noise_var", self.noise_reference**2))
         self.moment_steps = int(state.get("moment_steps", max(1, self.steps + 1)))
         self.law = float(state.get("law", self.value))
+        self.pull_cov = None if state.get("pull_cov") is None else float(state["pull_cov"])
+        self.pull_var = None if state.get("pull_var") is None else float(state["pull_var"])
+        self.pull_term = float(state.get("pull_term", 0.0))
         if "authority" in state:
             self.authority.load_state_dict(state["authority"])
 

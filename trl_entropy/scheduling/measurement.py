@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["entropy_sums", "generation_batch_entropy"]
+__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "pull_coefficient"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -48,3 +48,36 @@ def generation_batch_entropy(batch_generation_entropy: float | None, sums) -> fl
         return None
     value = batch_generation_entropy * now / gen
     return value if math.isfinite(value) else None
+
+
+def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+    """``[sum(m * (log p + H) * A), sum(m * (log p + H)^2)]`` over one micro-batch (float32): the two sums whose
+    ratio (:func:`pull_coefficient`) is the entropy coefficient that balances this batch's policy-gradient pull on
+    entropy.
+
+    Why these two (Cui et al. 2025, the entropy dynamics of softmax policies under natural policy gradient): one
+    step changes a state's entropy by ``dH ~= -eta * Cov_{a~pi}(log pi(a), A(a))``. ``E_{a~pi}[log pi(a)] = -H``,
+    so ``log p + H`` is the sampled token's log-prob centred on its own state, and ``(log p + H) * A`` estimates
+    that covariance from the token the policy sampled. An entropy bonus ``c * H`` acts as the advantage
+    ``-c * (log pi(a) + H)`` (its gradient at a state is ``E_a[grad log pi(a) * (-log pi(a) - H)]``), so it changes
+    entropy by ``eta * c * Var_{a~pi}(log pi(a))``, estimated by ``(log p + H)^2``. The coefficient with no net
+    first-order change is the ratio ``Cov / Var``; the step size ``eta`` cancels.
+
+    ``logps`` and ``entropies`` are the current policy's per-token log-prob of the sampled token and entropy
+    (B, T); ``advantages`` (B,), (B, 1) or (B, T); ``mask`` (B, T), 0/1 or token weights. Summed over micro-batches and
+    processes."""
+    m = mask.to(torch.float32)
+    centred = logps.detach().float() + entropies.detach().float()
+    adv = advantages.detach().float()
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)
+    return torch.stack([(centred * adv * m).sum(), (centred * centred * m).sum()])
+
+
+def pull_coefficient(cov: float, var: float) -> float | None:
+    """The balancing coefficient ``cov / var`` of :func:`entropy_pull_sums`' two sums; ``None`` when ``var`` is not
+    positive or a value is not finite."""
+    if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
+        return None
+    return cov / var

@@ -313,6 +313,16 @@ class GRPOEntropyConfig(GRPOConfig):
             filtered entropy itself, so that a rebound or a dip does not move the standing bonus by its trend
             (it then takes a larger `entropy_bonus_ki`; on SmolLM2, with 0.03, it tracked within noise of the
             default and trained less accurate policies: docs, benchmarks, the level's integral).
+        entropy_bonus_pull_gain (`float`, *optional*, defaults to `0.0`):
+            Gain of the pull feed-forward, >= 0: the law adds `gain * Cov / Var`, the coefficient that balances the
+            policy gradient's own pull on entropy, estimated each optimizer step from the loss forward's tokens
+            (no extra pass): `Cov` is the token mean of `(log p + H) * A`, `Var` of `(log p + H)^2` (sampled
+            token's log-prob `log p`, the position's entropy `H`, advantage `A`; Cui et al.'s entropy dynamics under
+            natural policy gradient). It acts in the same step as the pull, where the feedback waits for the
+            entropy to move. 0 (off) leaves the law unchanged; the estimate is logged as
+            `entropy_control/bonus_pull` either way.
+        entropy_bonus_pull_smoothing (`float`, *optional*, defaults to `0.3`):
+            Weight of the newest step in the running averages of `Cov` and `Var`, in (0, 1].
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -586,6 +596,18 @@ class GRPOEntropyConfig(GRPOConfig):
                   "entropy_bonus_horizon steps ahead, as the proportional term) or 'level' (the error of the "
                   "filtered entropy itself: a rebound or a dip does not move the standing bonus by its trend).",
                   "choices": list(EntropyBonusController.INTEGRAL_ERRORS)},
+    )
+    entropy_bonus_pull_gain: float = field(
+        default=0.0,
+        metadata={"help": "Entropy bonus: gain of the pull feed-forward, >= 0: the law adds gain * Cov/Var, the "
+                  "coefficient that balances the policy gradient's pull on entropy this step (Cov: token mean of "
+                  "(log p + H) * A; Var: of (log p + H)^2). 0: off (the estimate is still logged as "
+                  "entropy_control/bonus_pull)."},
+    )
+    entropy_bonus_pull_smoothing: float = field(
+        default=0.3,
+        metadata={"help": "Entropy bonus: weight of the newest step in the running averages of the pull's Cov and "
+                  "Var, in (0, 1]."},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1065,6 +1087,8 @@ class GRPOEntropyConfig(GRPOConfig):
                              f"{self.entropy_bonus_integral_error!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
+        self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
+        self._validate_range("entropy_bonus_pull_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
         limit = self.entropy_bonus_bound_limit
         if not _is_number(limit) or limit < size:

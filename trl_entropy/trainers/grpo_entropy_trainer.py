@@ -64,7 +64,7 @@ from ..losses.policy_loss import (
 )
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
-from ..scheduling.measurement import entropy_sums, generation_batch_entropy
+from ..scheduling.measurement import entropy_pull_sums, entropy_sums, generation_batch_entropy
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
@@ -226,11 +226,13 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self.entropy_control = build_control(args)
         # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known) over this step's micro-batches
         self._ec_window: torch.Tensor | None = None
+        self._ec_pull = (0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums)
         self._ec_generation_entropy: float | None = None  # the buffered generation batch's mean H_gen (global)
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
         self._ec_capture_logps = False  # armed by _additive_compute_loss for TRL's loss forward only
         self._ec_captured_logps: torch.Tensor | None = None  # that forward's log-probs, with their gradient
+        self._ec_captured_pull_logps: torch.Tensor | None = None  # the loss forward's log-probs, detached
         self._ec_score_capture = False  # armed per generation until the policy's old-log-prob pass has been read
         self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
@@ -369,6 +371,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ec_capture and entropies is not None:
             self._ec_captured_entropies = entropies.detach()
+            self._ec_captured_pull_logps = logps.detach()  # for the pull sums (used only with uses_pull_sums)
         if self._ec_capture_logps:  # TRL's loss forward (its only forward): keep the log-probs with their gradient
             self._ec_capture_logps = False
             self._ec_captured_logps = logps
@@ -706,32 +709,41 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if training:
             self._ec_micro_in_step += 1
             entropies, self._ec_captured_entropies = self._ec_captured_entropies, None
+            logps, self._ec_captured_pull_logps = self._ec_captured_pull_logps, None
             if entropies is not None:
                 mask = inputs.get("ec_entropy_mask")
                 if mask is None:
                     mask = inputs["completion_mask"]
                     if "tool_mask" in inputs:
                         mask = mask * inputs["tool_mask"]
-                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"))
+                pull = None
+                if getattr(control, "uses_pull_sums", False) and logps is not None and logps.shape == mask.shape:
+                    pull = entropy_pull_sums(logps, entropies, inputs["advantages"], mask)
+                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), pull)
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()
         return loss
 
-    def _accumulate_entropy(self, entropies: torch.Tensor, mask: torch.Tensor, generation=None) -> None:
+    def _accumulate_entropy(self, entropies: torch.Tensor, mask: torch.Tensor, generation=None, pull=None) -> None:
+        """Add one micro-batch to the step's sums: `entropy_sums` (4) then `entropy_pull_sums` (2; zeros when
+        ``pull`` is None), one vector so that the step takes one collective."""
         stats = entropy_sums(entropies, mask, generation)
+        stats = torch.cat([stats, torch.zeros(2, dtype=stats.dtype, device=stats.device) if pull is None
+                           else pull.to(device=stats.device, dtype=stats.dtype)])
         self._ec_window = stats if self._ec_window is None else self._ec_window + stats
 
     def _reduce_window(self) -> tuple[float, float, float | None]:
-        """All-reduce this step's entropy sums (`entropy_sums`); returns (measured entropy, token count, the
-        generation-batch estimate or ``None``), global."""
+        """All-reduce this step's sums (`_accumulate_entropy`); returns (measured entropy, token count, the
+        generation-batch estimate or ``None``), global, and keeps the global pull sums in `_ec_pull`."""
         window = self._ec_window
         if window is None:
-            window = torch.zeros(4, device=self.accelerator.device)
+            window = torch.zeros(6, device=self.accelerator.device)
         self._ec_window = None
         totals = self.accelerator.reduce(window, reduction="sum")
         count = float(totals[1].item())
         measured = float(totals[0].item()) / count if count > 0 else float("nan")
-        return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals.tolist())
+        self._ec_pull = (float(totals[4].item()), float(totals[5].item()))
+        return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4].tolist())
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
         """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum.
@@ -783,6 +795,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 log_metric(self, METRIC_PREFIX + "relative_tracking_error", abs(measured - target) / max(target, 1e-8))
         if batch_estimate is not None:
             control.note_step_reading(measured)  # e.g. the bonus's noise cap reads the step's own noise
+        if getattr(control, "uses_pull_sums", False):
+            control.note_pull(*self._ec_pull)  # the same global sums on every rank
         control.observe(acted_on, target)
         for key, value in control.metrics().items():
             log_metric(self, METRIC_PREFIX + key, value)

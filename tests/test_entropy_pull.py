@@ -1,0 +1,162 @@
+"""The policy gradient's pull on entropy (`entropy_pull_sums`, `pull_coefficient`): by hand, against the entropy
+dynamics of a tabular softmax policy under natural policy gradient (the reference the estimate is derived from), in
+the bonus's law, and through TRL's training loop."""
+
+import math
+
+import pytest
+import torch
+from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
+
+from trl_entropy import GRPOEntropyTrainer
+from trl_entropy.scheduling import EntropyBonusController, entropy_pull_sums, pull_coefficient
+
+
+def test_sums_by_hand():
+    logps = torch.tensor([[-1.0, -2.0, -9.0]])
+    entropies = torch.tensor([[1.5, 1.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0]])  # the third token never counts
+    # centred log-probs 0.5 and -1.0; advantage 2 on the sequence
+    assert entropy_pull_sums(logps, entropies, torch.tensor([2.0]), mask).tolist() == [-1.0, 1.25]
+    # token advantages (B, T) and (B, 1) alike
+    assert entropy_pull_sums(logps, entropies, torch.tensor([[2.0, 0.0, 5.0]]), mask).tolist() == [1.0, 1.25]
+    assert entropy_pull_sums(logps, entropies, torch.tensor([[2.0]]), mask).tolist() == [-1.0, 1.25]
+    assert pull_coefficient(-1.0, 1.25) == pytest.approx(-0.8)
+    assert pull_coefficient(1.0, 0.0) is None and pull_coefficient(math.nan, 1.0) is None
+
+
+def entropy(z):
+    p = torch.softmax(z, -1)
+    return float(-(p * torch.log_softmax(z, -1)).sum())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_ratio_balances_a_natural_policy_gradient_step(seed):
+    """One state, a softmax over 12 actions, the natural policy gradient's logit update ``z += eta * A`` (Cui et
+    al.). The sums taken with each action weighted by its probability (the expectation of the sampled estimate)
+    give the coefficient with which the bonus's advantage ``-c * (log pi + H)`` cancels the step's first-order
+    entropy change: a step then moves entropy by O(eta^2), where without the bonus it moves it by O(eta)."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(12, generator=g, dtype=torch.float64) * 2
+    adv = torch.randn(12, generator=g, dtype=torch.float64) + 0.8 * z  # rewarding the likely actions: H falls
+    logp = torch.log_softmax(z, -1)
+    h = entropy(z)
+    weights = torch.softmax(z, -1)[None]
+    cov, var = entropy_pull_sums(logp[None], torch.full_like(logp, h)[None], adv[None], weights).double().tolist()
+    c = pull_coefficient(cov, var)
+    eta = 1e-3
+    plain = entropy(z + eta * adv) - h
+    balanced = entropy(z + eta * (adv - c * (logp + h))) - h
+    assert plain == pytest.approx(-eta * cov, rel=0.02)  # the covariance is the pull (first order)
+    assert abs(balanced) < 0.02 * abs(plain)
+    # the bonus's own term moves entropy by eta * c * var
+    assert entropy(z - eta * c * (logp + h)) - h == pytest.approx(eta * c * var, rel=0.02)
+
+
+def law(pull_gain, pulls, readings, target=1.0, **kw):
+    c = EntropyBonusController(pull_gain=pull_gain, **kw)
+    out = []
+    for (cov, var), h in zip(pulls, readings):
+        c.note_pull(cov, var)
+        out.append(c.update(h, target))
+    return c, out
+
+
+def test_gain_zero_leaves_the_law_unchanged():
+    readings = [1.0, 0.9, 0.8, 0.85, 0.95, 1.1, 1.05]
+    pulls = [(0.3, 1.0), (0.2, 1.2), (-0.1, 0.9), (0.5, 1.1), (0.0, 1.0), (0.1, 1.0), (0.2, 0.8)]
+    _, plain = law(0.0, [(math.nan, 1.0)] * 7, readings)
+    _, observed = law(0.0, pulls, readings)
+    assert observed == plain
+
+
+def test_the_pull_term_by_hand():
+    """First pull taken as it is, then smoothed sums (weight 0.5 on the newest); the term is gain * cov / var,
+    held within the bounds, and adds to the law's output."""
+    base = dict(kp=0.0, ki=0.0, kff=0.0, momentum_compensation=0.0, pull_smoothing=0.5, c_max=0.5)
+    c, out = law(2.0, [(0.1, 1.0), (0.3, 3.0)], [1.0, 1.0], **base)
+    assert c.pull_cov == pytest.approx(0.2) and c.pull_var == pytest.approx(2.0)
+    assert c.pull_coefficient == pytest.approx(0.1)
+    assert out == pytest.approx([0.2, 0.2])  # 2 * 0.1/1.0, then 2 * 0.2/2.0
+    c, out = law(10.0, [(0.1, 1.0)], [1.0], **base)
+    assert out == [0.5]  # held at c_max
+    c, out = law(10.0, [(-0.1, 1.0)], [1.0], **base)
+    assert out == [-0.1]  # held at c_min
+    c, out = law(1.0, [(0.1, 0.0), (math.inf, 1.0)], [1.0, 1.0], **base)
+    assert c.pull_coefficient is None and out == [0.0, 0.0]  # no usable sums: no term
+
+
+def test_in_open_loop_the_term_adds_to_the_output_and_leaves_the_integral():
+    """The same readings (entropy held below its target): the pull term adds to the law's output and the integral
+    sums the same errors; in closed loop it therefore settles lower by what the term carries."""
+    readings = [0.9] * 30
+    fixed = dict(momentum_compensation=0.0, adapt_gain=False)
+    alone, _ = law(0.0, [(0.1, 1.0)] * 30, readings, **fixed)
+    helped, _ = law(1.0, [(0.1, 1.0)] * 30, readings, **fixed)
+    assert helped.pull_term == pytest.approx(0.1)
+    assert helped.law == pytest.approx(alone.law + 0.1)
+    assert helped.integral == pytest.approx(alone.integral)
+
+
+def test_state_round_trip_keeps_the_pull():
+    a, _ = law(1.0, [(0.1, 1.0), (0.2, 1.5)], [1.0, 0.9])
+    b = EntropyBonusController(pull_gain=1.0)
+    b.load_state_dict(a.state_dict())
+    assert (b.pull_cov, b.pull_var, b.pull_term) == (a.pull_cov, a.pull_var, a.pull_term)
+    for cov, var, h in ((0.3, 1.0, 0.8), (0.0, 1.0, 0.85)):
+        for c in (a, b):
+            c.note_pull(cov, var)
+        assert a.update(h, 1.0) == b.update(h, 1.0)
+    assert a.state_dict()["config"]["pull_gain"] == 1.0
+
+
+@pytest.mark.parametrize("bad", [dict(pull_gain=-0.1), dict(pull_gain=math.inf), dict(pull_smoothing=0.0),
+                                 dict(pull_smoothing=1.5)])
+def test_bad_arguments_are_refused(bad):
+    with pytest.raises(ValueError, match="entropy_bonus_pull"):
+        EntropyBonusController(**bad)
+
+
+def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path):
+    """Off-policy steps of two micro-batches: each step's two sums are those of its loss forwards' tokens (the same
+    log-probs, entropies, advantages and mask TRL's loss used), summed, and reach the controller before its
+    update; the estimate is logged; a pull gain moves the coefficient."""
+    args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=3,
+                     learning_rate=1e-2, per_device_train_batch_size=8, steps_per_generation=2,
+                     gradient_accumulation_steps=2, entropy_bonus_pull_gain=1.0)
+    trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    sums, expected = [], []
+    inner = trainer._get_per_token_logps_and_entropies
+    step = []
+
+    def recording(*a, **k):
+        logps, ents, aux = inner(*a, **k)
+        if trainer._ec_capture and ents is not None:
+            step.append((logps.detach(), ents.detach()))
+        return logps, ents, aux
+
+    trainer._get_per_token_logps_and_entropies = recording
+    compute = trainer._compute_loss
+
+    def recording_loss(model, inputs):
+        n = len(step)
+        loss = compute(model, inputs)
+        if len(step) > n:
+            logps, ents = step[-1]
+            expected.append(entropy_pull_sums(logps, ents, inputs["advantages"], inputs["completion_mask"]))
+        return loss
+
+    trainer._compute_loss = recording_loss
+    controller = trainer.entropy_control.controller
+    note = controller.note_pull
+    controller.note_pull = lambda cov, var: (sums.append((cov, var)), note(cov, var))
+    trainer.train()
+    assert len(sums) == 3 and len(expected) == 6
+    for i, (cov, var) in enumerate(sums):
+        want = expected[2 * i] + expected[2 * i + 1]
+        assert cov == pytest.approx(float(want[0]), rel=1e-5, abs=1e-6)
+        assert var == pytest.approx(float(want[1]), rel=1e-5)
+    logged = [h["entropy_control/bonus_pull"] for h in trainer.state.log_history if "entropy_control/bonus_pull" in h]
+    assert len(logged) == 3 and all(math.isfinite(v) for v in logged)
+    assert any(h.get("entropy_control/bonus_pull_term", 0.0) != 0.0 for h in trainer.state.log_history)
