@@ -144,19 +144,46 @@ def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path)
         loss = compute(model, inputs)
         if len(step) > n:
             logps, ents = step[-1]
-            expected.append(entropy_pull_sums(logps, ents, inputs["advantages"], inputs["completion_mask"]))
+            mask = inputs["completion_mask"]
+            expected.append(torch.cat([entropy_pull_sums(logps, ents, inputs["advantages"], mask),
+                                       mask.sum().float()[None]]))
         return loss
 
     trainer._compute_loss = recording_loss
     controller = trainer.entropy_control.controller
     note = controller.note_pull
-    controller.note_pull = lambda cov, var: (sums.append((cov, var)), note(cov, var))
+    controller.note_pull = lambda cov, var, count: (sums.append((cov, var, count)), note(cov, var, count))
     trainer.train()
     assert len(sums) == 3 and len(expected) == 6
-    for i, (cov, var) in enumerate(sums):
+    for i, (cov, var, count) in enumerate(sums):
         want = expected[2 * i] + expected[2 * i + 1]
         assert cov == pytest.approx(float(want[0]), rel=1e-5, abs=1e-6)
         assert var == pytest.approx(float(want[1]), rel=1e-5)
+        assert count == float(want[2])
     logged = [h["entropy_control/bonus_pull"] for h in trainer.state.log_history if "entropy_control/bonus_pull" in h]
     assert len(logged) == 3 and all(math.isfinite(v) for v in logged)
     assert any(h.get("entropy_control/bonus_pull_term", 0.0) != 0.0 for h in trainer.state.log_history)
+
+
+def test_the_varentropy_gain_schedule_by_hand():
+    """``"varentropy"``: the gains are scaled by the first step's ``Var / H`` over the current one's (held within
+    1/5x to 5x and below the noise cap); 1 until a pull with its token count has been noted."""
+    c = EntropyBonusController(gain_schedule="varentropy", pull_smoothing=1.0, noise_reference=1.0)
+    assert c.gain_scale == 1.0 and c.varentropy is None
+    c.update(1.0, 1.0)  # no pull yet: no reference
+    assert c.authority_reference is None and c.gain_scale == 1.0
+    c = EntropyBonusController(gain_schedule="varentropy", pull_smoothing=1.0, noise_reference=1.0)
+    c.note_pull(10.0, 200.0, 100.0)  # Var 2 at H 1: reference 2
+    c.update(1.0, 1.0)
+    assert c.varentropy == pytest.approx(2.0) and c.authority_reference == pytest.approx(2.0)
+    assert c.gain_scale == pytest.approx(1.0)
+    c.note_pull(10.0, 800.0, 100.0)  # Var 8 at the same level: the knob is 4x stronger, the gains 1/4
+    c.level = 1.0
+    assert c.authority_proxy == pytest.approx(8.0) and c.gain_scale == pytest.approx(0.25)
+    c.note_pull(10.0, 1.0, 100.0)  # a far weaker knob: held at 5x, and below the noise cap
+    assert c.gain_scale == pytest.approx(min(5.0, c.noise_cap))
+    d = EntropyBonusController(gain_schedule="varentropy")
+    d.load_state_dict(c.state_dict())
+    assert (d.authority_reference, d.pull_count, d.gain_scale) == (c.authority_reference, c.pull_count, c.gain_scale)
+    with pytest.raises(ValueError, match="entropy_bonus_gain_schedule"):
+        EntropyBonusController(gain_schedule="varentropies")

@@ -192,9 +192,9 @@ class EntropyControl:
         """With ``entropy_measurement="generation_batch"``, called just before :meth:`observe` with the step's own
         reading (``observe`` gets the generation-batch estimate). Default: ignored."""
 
-    def note_pull(self, cov: float, var: float) -> None:
+    def note_pull(self, cov: float, var: float, count: float | None = None) -> None:
         """With ``uses_pull_sums``, called just before :meth:`observe` with the step's two global pull sums
-        (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`). Default: ignored."""
+        (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`) and their token count. Default: ignored."""
 
     @property
     def knob(self) -> float | None:
@@ -922,6 +922,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         integral_error=args.entropy_bonus_integral_error,
         pull_gain=args.entropy_bonus_pull_gain,
         pull_smoothing=args.entropy_bonus_pull_smoothing,
+        gain_schedule=args.entropy_bonus_gain_schedule,
     )
 
 
@@ -983,8 +984,8 @@ class EntropyBonusControl(ControllerControl):
     def note_step_reading(self, reading):
         self.controller.note_step_reading(reading)
 
-    def note_pull(self, cov, var):
-        self.controller.note_pull(cov, var)
+    def note_pull(self, cov, var, count=None):
+        self.controller.note_pull(cov, var, count)
 
     def observe(self, measured, target):
         if target is not None:
@@ -1007,7 +1008,10 @@ def _pull_metrics(c: EntropyBonusController) -> dict[str, float]:
     """``bonus_pull``: the coefficient that balances the policy gradient's pull on entropy (once measured);
     ``bonus_pull_term``: the part of the law it set (0 with ``entropy_bonus_pull_gain=0``)."""
     pull = c.pull_coefficient
-    return {} if pull is None else {"bonus_pull": pull, "bonus_pull_term": c.pull_term}
+    out = {} if pull is None else {"bonus_pull": pull, "bonus_pull_term": c.pull_term}
+    if c.varentropy is not None:
+        out["bonus_varentropy"] = c.varentropy
+    return out
 
 
 @register_control("trl_adaptive")
@@ -1124,9 +1128,9 @@ class AssistedControl:
         self.inner.note_step_reading(reading)
         self.bonus.note_step_reading(reading)
 
-    def note_pull(self, cov, var):
-        self.inner.note_pull(cov, var)
-        self.bonus.note_pull(cov, var)
+    def note_pull(self, cov, var, count=None):
+        self.inner.note_pull(cov, var, count)
+        self.bonus.note_pull(cov, var, count)
 
     def observe(self, measured, target):
         self.inner.observe(measured, target)

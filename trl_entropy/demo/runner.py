@@ -240,7 +240,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     extra_keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "clip_ratio/region_mean", "completions/mean_length",
                   "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale",
                   "entropy_control/measured_generation_batch", "entropy_control/bonus_pull",
-                  "entropy_control/bonus_integral", "entropy_control/bonus_law")
+                  "entropy_control/bonus_integral", "entropy_control/bonus_law",
+                  "entropy_control/bonus_varentropy")
     return {
         "method": name,
         "description": description,

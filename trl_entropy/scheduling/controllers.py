@@ -349,7 +349,8 @@ class EntropyBonusController:
     3. **Feed-forward** from the target's slope: ``ff = kff * (T - T_prev) / T``. An anneal asks entropy to fall at
        a known rate; the feedback alone would only react once the error has built up (a lag of several steps on a
        linear ramp). ``kff`` is in coefficient units per unit of relative target change per step.
-    4. **Law output** ``law = clip(I + s*kp*e + s*ff, c_min, c_max)``: bounded on both sides; ``s`` is
+    4. **Law output** ``law = clip(I + s*kp*e + s*ff + P, c_min, c_max)``, where ``P`` is the pull feed-forward
+       (below; 0 unless ``pull_gain > 0``): bounded on both sides; ``s`` is
        :attr:`gain_scale` (the knob's authority estimated online, with ``adapt_gain``; the gains rise above 1 only as
        far as the measurement's noise, :attr:`noise`, is below ``noise_reference``: :attr:`noise_cap`). A bound the
        error has pushed past for ``bound_patience`` updates in a row grows by 1.5x, up to ``bound_limit`` (the scale
@@ -363,6 +364,17 @@ class EntropyBonusController:
        11.7% on hold) but its trained policies were 0.04-0.09 less accurate than TRL's rule's; with -0.1 they are
        as accurate or more (docs: benchmarks, the penalty bound). Entropy is then lowered mostly by releasing the
        bonus and letting the policy gradient's own pull act.
+       **Pull feed-forward** ``P = clip(pull_gain * Cov / Var, low, c_max)``: the coefficient that balances the
+       policy gradient's own pull on entropy in the batch being trained on, given by the trainer through
+       :meth:`note_pull` (two sums over the loss forward's tokens:
+       :func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`; each smoothed with weight
+       ``pull_smoothing``). Why: the feedback sees the pull only once it has moved the entropy, a few steps and the
+       optimizer's momentum later, which is where the held target's early dip comes from (most of the pull acts
+       while the reward rises); the covariance of the sampled tokens' centred log-probs with their advantages is
+       the pull itself (Cui et al.: under natural policy gradient a step changes entropy by ``-eta * Cov``), read in
+       the same step. Its ratio to the variance of the centred log-probs is in coefficient units, with nothing to
+       calibrate (the bonus moves entropy by ``eta * c * Var``). The integral then holds only what the estimate
+       misses (a policy that is not a tabular softmax, Adam instead of the natural gradient).
     5. **Integral with anti-windup**: ``I <- clip(I + ki * e_I, c_min, c_max)``, skipped when the output sits at a
        bound and ``e_I`` asks to go further (conditional integration), so the integral never winds up against a
        bound. ``I`` converges to the coefficient that balances the policy gradient's own pull on entropy. What it
@@ -409,6 +421,8 @@ class EntropyBonusController:
 
     COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
+    GAIN_SCHEDULES = ("estimate", "varentropy")  # what scales the gains (step 4)
+    VARENTROPY_SPREAD = 5.0  # the varentropy schedule's scale is held within [1/5, 5]
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
 
@@ -418,7 +432,8 @@ class EntropyBonusController:
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "bounds",
-                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3):
+                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
+                 gain_schedule: str = "estimate"):
         if compensation_clip not in self.COMPENSATION_CLIPS:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
                              f"{compensation_clip!r}.")
@@ -427,6 +442,11 @@ class EntropyBonusController:
             raise ValueError(f"entropy_bonus_integral_error must be one of {self.INTEGRAL_ERRORS}, got "
                              f"{integral_error!r}.")
         self.integral_error = integral_error
+        if gain_schedule not in self.GAIN_SCHEDULES:
+            raise ValueError(f"entropy_bonus_gain_schedule must be one of {self.GAIN_SCHEDULES}, got "
+                             f"{gain_schedule!r}.")
+        self.gain_schedule = gain_schedule
+        self.authority_reference: float | None = None  # "varentropy": the first step's Var / H
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
@@ -464,6 +484,7 @@ class EntropyBonusController:
         self.pull_smoothing = float(pull_smoothing)
         self.pull_cov: float | None = None  # smoothed sums of entropy_pull_sums (step 4's pull feed-forward)
         self.pull_var: float | None = None
+        self.pull_count: float | None = None  # smoothed token count of the sums (their means: Var / count)
         self.pull_term = 0.0  # the pull feed-forward of the last update
         self.value = float(initial)
         self.integral = float(initial)
@@ -497,7 +518,30 @@ class EntropyBonusController:
         1."""
         if not self.adapt_gain:
             return 1.0
+        if self.gain_schedule == "varentropy":
+            now = self.authority_proxy
+            if now is None or self.authority_reference is None:
+                return 1.0
+            spread = self.VARENTROPY_SPREAD
+            return min(spread, max(1.0 / spread, self.authority_reference / now), self.noise_cap)
         return min(self.authority.gain_scale, self.noise_cap)
+
+    @property
+    def varentropy(self) -> float | None:
+        """The token mean of ``(log p + H)^2`` (the smoothed pull sums), an estimate of the policy's varentropy
+        ``Var_{a~pi}(log pi(a))``; ``None`` before a pull with its token count."""
+        if self.pull_var is None or not self.pull_count:
+            return None
+        return self.pull_var / self.pull_count
+
+    @property
+    def authority_proxy(self) -> float | None:
+        """``varentropy / H`` (the filtered level): the relative entropy change per unit of coefficient, up to the
+        step size, in the natural-gradient model (``dH = eta * c * Var``)."""
+        v = self.varentropy
+        if v is None or self.level is None or self.level <= 1e-6:
+            return None
+        return v / self.level
 
     @property
     def noise(self) -> float:
@@ -533,6 +577,8 @@ class EntropyBonusController:
         target = float(target)
         self.authority.observe(float(measured))
         self._filter(float(measured))
+        if self.authority_reference is None and self.gain_schedule == "varentropy":
+            self.authority_reference = self.authority_proxy  # the starting policy's (None until measured)
         self.predicted = self.level + self.horizon * self.trend
         slope = 0.0 if self.last_target is None else target - self.last_target
         self.last_target = target
@@ -560,18 +606,22 @@ class EntropyBonusController:
         self._applied(self.value)
         return self.value
 
-    def note_pull(self, cov: float, var: float) -> None:
+    def note_pull(self, cov: float, var: float, count: float | None = None) -> None:
         """The step's two pull sums (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`, global): each
         is smoothed (weight ``pull_smoothing`` on the newest), and their ratio is :attr:`pull_coefficient`.
         Non-finite values or a ``var`` that is not positive are ignored."""
         if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
             return
+        counted = count is not None and math.isfinite(count) and count > 0
         if self.pull_cov is None or self.pull_var is None:
             self.pull_cov, self.pull_var = float(cov), float(var)
+            self.pull_count = float(count) if counted else None
             return
         w = self.pull_smoothing
         self.pull_cov = (1.0 - w) * self.pull_cov + w * float(cov)
         self.pull_var = (1.0 - w) * self.pull_var + w * float(var)
+        if counted:
+            self.pull_count = float(count) if self.pull_count is None else (1.0 - w) * self.pull_count + w * count
 
     @property
     def pull_coefficient(self) -> float | None:
@@ -711,6 +761,8 @@ class EntropyBonusController:
             "pull_cov": self.pull_cov,
             "pull_var": self.pull_var,
             "pull_term": self.pull_term,
+            "pull_count": self.pull_count,
+            "authority_reference": self.authority_reference,
             "authority": self.authority.state_dict(),
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
@@ -719,7 +771,7 @@ class EntropyBonusController:
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
-                       "pull_smoothing": self.pull_smoothing},
+                       "pull_smoothing": self.pull_smoothing, "gain_schedule": self.gain_schedule},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -743,6 +795,9 @@ class EntropyBonusController:
         self.pull_cov = None if state.get("pull_cov") is None else float(state["pull_cov"])
         self.pull_var = None if state.get("pull_var") is None else float(state["pull_var"])
         self.pull_term = float(state.get("pull_term", 0.0))
+        self.pull_count = None if state.get("pull_count") is None else float(state["pull_count"])
+        ref = state.get("authority_reference")
+        self.authority_reference = None if ref is None else float(ref)
         if "authority" in state:
             self.authority.load_state_dict(state["authority"])
 

@@ -226,7 +226,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self.entropy_control = build_control(args)
         # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known) over this step's micro-batches
         self._ec_window: torch.Tensor | None = None
-        self._ec_pull = (0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums)
+        self._ec_pull = (0.0, 0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums) and token count
         self._ec_generation_entropy: float | None = None  # the buffered generation batch's mean H_gen (global)
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
@@ -734,7 +734,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
 
     def _reduce_window(self) -> tuple[float, float, float | None]:
         """All-reduce this step's sums (`_accumulate_entropy`); returns (measured entropy, token count, the
-        generation-batch estimate or ``None``), global, and keeps the global pull sums in `_ec_pull`."""
+        generation-batch estimate or ``None``), global, and keeps the global pull sums and token count in `_ec_pull`."""
         window = self._ec_window
         if window is None:
             window = torch.zeros(6, device=self.accelerator.device)
@@ -742,7 +742,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         totals = self.accelerator.reduce(window, reduction="sum")
         count = float(totals[1].item())
         measured = float(totals[0].item()) / count if count > 0 else float("nan")
-        self._ec_pull = (float(totals[4].item()), float(totals[5].item()))
+        self._ec_pull = (float(totals[4].item()), float(totals[5].item()), count)
         return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4].tolist())
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
