@@ -151,6 +151,7 @@ def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path)
 
     trainer._compute_loss = recording_loss
     controller = trainer.entropy_control.controller
+    assert controller.pull_gain == 1.0 and controller.pull_smoothing == 0.3
     note = controller.note_pull
     controller.note_pull = lambda cov, var, count: (sums.append((cov, var, count)), note(cov, var, count))
     trainer.train()
@@ -165,25 +166,31 @@ def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path)
     assert any(h.get("entropy_control/bonus_pull_term", 0.0) != 0.0 for h in trainer.state.log_history)
 
 
-def test_the_varentropy_gain_schedule_by_hand():
-    """``"varentropy"``: the gains are scaled by the first step's ``Var / H`` over the current one's (held within
-    1/5x to 5x and below the noise cap); 1 until a pull with its token count has been noted."""
-    c = EntropyBonusController(gain_schedule="varentropy", pull_smoothing=1.0, noise_reference=1.0)
-    assert c.gain_scale == 1.0 and c.varentropy is None
-    c.update(1.0, 1.0)  # no pull yet: no reference
-    assert c.authority_reference is None and c.gain_scale == 1.0
-    c = EntropyBonusController(gain_schedule="varentropy", pull_smoothing=1.0, noise_reference=1.0)
-    c.note_pull(10.0, 200.0, 100.0)  # Var 2 at H 1: reference 2
-    c.update(1.0, 1.0)
-    assert c.varentropy == pytest.approx(2.0) and c.authority_reference == pytest.approx(2.0)
-    assert c.gain_scale == pytest.approx(1.0)
-    c.note_pull(10.0, 800.0, 100.0)  # Var 8 at the same level: the knob is 4x stronger, the gains 1/4
-    c.level = 1.0
-    assert c.authority_proxy == pytest.approx(8.0) and c.gain_scale == pytest.approx(0.25)
-    c.note_pull(10.0, 1.0, 100.0)  # a far weaker knob: held at 5x, and below the noise cap
-    assert c.gain_scale == pytest.approx(min(5.0, c.noise_cap))
-    d = EntropyBonusController(gain_schedule="varentropy")
+def test_the_varentropy_by_hand():
+    """The token mean of the smoothed ``(log p + H)^2`` sum over the smoothed token count (weight 0.5 on the
+    newest); ``None`` until a pull with its count; kept in the state."""
+    c = EntropyBonusController(pull_smoothing=0.5)
+    c.note_pull(10.0, 200.0)
+    assert c.varentropy is None  # no count
+    c = EntropyBonusController(pull_smoothing=0.5)
+    c.note_pull(10.0, 200.0, 100.0)
+    c.note_pull(10.0, 400.0, 100.0)
+    assert c.varentropy == pytest.approx(3.0)
+    d = EntropyBonusController()
     d.load_state_dict(c.state_dict())
-    assert (d.authority_reference, d.pull_count, d.gain_scale) == (c.authority_reference, c.pull_count, c.gain_scale)
-    with pytest.raises(ValueError, match="entropy_bonus_gain_schedule"):
-        EntropyBonusController(gain_schedule="varentropies")
+    assert d.varentropy == c.varentropy and d.gain_scale == c.gain_scale
+
+
+def test_the_assist_s_bonus_gets_the_pull_too(tmp_path):
+    """A paper's control with the assist: its bonus controller receives the same sums (logged as the control's
+    ``bonus_pull``), whether or not the bonus acts."""
+    args = tiny_args(tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=2.6, max_steps=2,
+                     adaptive_clip_window=1, adaptive_clip_max=0.2, entropy_bonus_assist=True,
+                     entropy_bonus_assist_window=1, per_device_train_batch_size=8, steps_per_generation=2)
+    trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    trainer.train()
+    bonus = trainer.entropy_control.bonus
+    assert bonus.pull_cov is not None and bonus.varentropy > 0
+    logged = [h["entropy_control/bonus_pull"] for h in trainer.state.log_history if "entropy_control/bonus_pull" in h]
+    assert len(logged) == 2 and logged[-1] == pytest.approx(bonus.pull_coefficient)

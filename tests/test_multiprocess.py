@@ -84,6 +84,12 @@ def test_two_processes_agree_at_every_step(every_control_on_two_processes, contr
         assert row["measured"] == pytest.approx(float(total[0]) / float(total[1]), rel=1e-12)
     unequal = [(w0, w1) for w0, w1 in zip(r0["local_windows"], r1["local_windows"]) if w0[1] != w1[1]]
     assert unequal, "the ranks never held different token counts: the check above cannot tell sum/count from a mean"
+    if control == "entropy_bonus":  # the pull sums: both ranks' local sums added (the first step's are kept raw)
+        w0, w1 = r0["local_windows"][0], r1["local_windows"][0]
+        total = torch.tensor(w0, dtype=torch.float32) + torch.tensor(w1, dtype=torch.float32)
+        state = r0["rows"][0]["state"]
+        assert (state["pull_cov"], state["pull_var"]) == (float(total[4]), float(total[5]))
+        assert state["pull_count"] == float(total[1]) and float(total[5]) > 0
     if control == "kl_cov":  # cov_scope="global": exactly the global quota over both processes' tokens each step
         steps = [m for m in r0["metrics"] if "entropy_control/selected_tokens" in m]
         assert len(steps) == 4

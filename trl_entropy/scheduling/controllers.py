@@ -421,8 +421,6 @@ class EntropyBonusController:
 
     COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
-    GAIN_SCHEDULES = ("estimate", "varentropy")  # what scales the gains (step 4)
-    VARENTROPY_SPREAD = 5.0  # the varentropy schedule's scale is held within [1/5, 5]
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
 
@@ -432,8 +430,7 @@ class EntropyBonusController:
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "bounds",
-                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
-                 gain_schedule: str = "estimate"):
+                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3):
         if compensation_clip not in self.COMPENSATION_CLIPS:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
                              f"{compensation_clip!r}.")
@@ -442,11 +439,6 @@ class EntropyBonusController:
             raise ValueError(f"entropy_bonus_integral_error must be one of {self.INTEGRAL_ERRORS}, got "
                              f"{integral_error!r}.")
         self.integral_error = integral_error
-        if gain_schedule not in self.GAIN_SCHEDULES:
-            raise ValueError(f"entropy_bonus_gain_schedule must be one of {self.GAIN_SCHEDULES}, got "
-                             f"{gain_schedule!r}.")
-        self.gain_schedule = gain_schedule
-        self.authority_reference: float | None = None  # "varentropy": the first step's Var / H
         for name, v in (("kp", kp), ("ki", ki), ("kff", kff), ("horizon", horizon)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"entropy_bonus_{name} must be a finite number >= 0, got {v!r}.")
@@ -518,30 +510,18 @@ class EntropyBonusController:
         1."""
         if not self.adapt_gain:
             return 1.0
-        if self.gain_schedule == "varentropy":
-            now = self.authority_proxy
-            if now is None or self.authority_reference is None:
-                return 1.0
-            spread = self.VARENTROPY_SPREAD
-            return min(spread, max(1.0 / spread, self.authority_reference / now), self.noise_cap)
         return min(self.authority.gain_scale, self.noise_cap)
 
     @property
     def varentropy(self) -> float | None:
         """The token mean of ``(log p + H)^2`` (the smoothed pull sums), an estimate of the policy's varentropy
-        ``Var_{a~pi}(log pi(a))``; ``None`` before a pull with its token count."""
+        ``Var_{a~pi}(log pi(a))``, by which a bonus moves entropy in the natural-gradient model (``dH = eta * c *
+        Var``); ``None`` before a pull with its token count. Logged, not acted on: as an authority (``Var / H``
+        scaling the gains) it cut the gains where SmolLM2's entropy dipped, since a sharp policy's ``Var / H`` is
+        large (docs: benchmarks, the pull)."""
         if self.pull_var is None or not self.pull_count:
             return None
         return self.pull_var / self.pull_count
-
-    @property
-    def authority_proxy(self) -> float | None:
-        """``varentropy / H`` (the filtered level): the relative entropy change per unit of coefficient, up to the
-        step size, in the natural-gradient model (``dH = eta * c * Var``)."""
-        v = self.varentropy
-        if v is None or self.level is None or self.level <= 1e-6:
-            return None
-        return v / self.level
 
     @property
     def noise(self) -> float:
@@ -577,8 +557,6 @@ class EntropyBonusController:
         target = float(target)
         self.authority.observe(float(measured))
         self._filter(float(measured))
-        if self.authority_reference is None and self.gain_schedule == "varentropy":
-            self.authority_reference = self.authority_proxy  # the starting policy's (None until measured)
         self.predicted = self.level + self.horizon * self.trend
         slope = 0.0 if self.last_target is None else target - self.last_target
         self.last_target = target
@@ -762,7 +740,6 @@ class EntropyBonusController:
             "pull_var": self.pull_var,
             "pull_term": self.pull_term,
             "pull_count": self.pull_count,
-            "authority_reference": self.authority_reference,
             "authority": self.authority.state_dict(),
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
@@ -771,7 +748,7 @@ class EntropyBonusController:
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
-                       "pull_smoothing": self.pull_smoothing, "gain_schedule": self.gain_schedule},
+                       "pull_smoothing": self.pull_smoothing},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -796,8 +773,6 @@ class EntropyBonusController:
         self.pull_var = None if state.get("pull_var") is None else float(state["pull_var"])
         self.pull_term = float(state.get("pull_term", 0.0))
         self.pull_count = None if state.get("pull_count") is None else float(state["pull_count"])
-        ref = state.get("authority_reference")
-        self.authority_reference = None if ref is None else float(ref)
         if "authority" in state:
             self.authority.load_state_dict(state["authority"])
 

@@ -62,7 +62,9 @@ def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: 
     that covariance from the token the policy sampled. An entropy bonus ``c * H`` acts as the advantage
     ``-c * (log pi(a) + H)`` (its gradient at a state is ``E_a[grad log pi(a) * (-log pi(a) - H)]``), so it changes
     entropy by ``eta * c * Var_{a~pi}(log pi(a))``, estimated by ``(log p + H)^2``. The coefficient with no net
-    first-order change is the ratio ``Cov / Var``; the step size ``eta`` cancels.
+    first-order change is the ratio ``Cov / Var``; the step size ``eta`` cancels. Both are token means, as TRL's
+    bonus is and as its token-level loss types (``"dapo"``, the default, ``"bnpo"``) weigh the policy term;
+    ``"grpo"`` weighs a sequence's tokens by ``1 / length``, which the estimate does not.
 
     ``logps`` and ``entropies`` are the current policy's per-token log-prob of the sampled token and entropy
     (B, T); ``advantages`` (B,), (B, 1) or (B, T); ``mask`` (B, T), 0/1 or token weights. Summed over micro-batches and

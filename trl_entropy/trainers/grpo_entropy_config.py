@@ -323,12 +323,6 @@ class GRPOEntropyConfig(GRPOConfig):
             `entropy_control/bonus_pull` either way.
         entropy_bonus_pull_smoothing (`float`, *optional*, defaults to `0.3`):
             Weight of the newest step in the running averages of `Cov` and `Var`, in (0, 1].
-        entropy_bonus_gain_schedule (`str`, *optional*, defaults to `"estimate"`):
-            What scales the law's gains (with `entropy_bonus_adapt_gain`): `"estimate"`, the knob's authority
-            estimated online by regression; `"varentropy"`, the ratio of the starting policy's `Var / H` to the
-            current one's (`Var`: the token mean of `(log p + H)^2`, the policy's varentropy, from the loss
-            forward's tokens), since a bonus changes entropy by `eta * c * Var` (held within 1/5x to 5x, capped
-            by the measurement's noise as the estimate is). Logged as `entropy_control/bonus_varentropy`.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -614,13 +608,6 @@ class GRPOEntropyConfig(GRPOConfig):
         default=0.3,
         metadata={"help": "Entropy bonus: weight of the newest step in the running averages of the pull's Cov and "
                   "Var, in (0, 1]."},
-    )
-    entropy_bonus_gain_schedule: str = field(
-        default="estimate",
-        metadata={"help": "Entropy bonus: what scales the gains: 'estimate' (the knob's authority estimated online "
-                  "by regression) or 'varentropy' (the starting policy's Var/H over the current one's, Var the "
-                  "token mean of (log p + H)^2: a bonus moves entropy by eta * c * Var).",
-                  "choices": list(EntropyBonusController.GAIN_SCHEDULES)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1098,10 +1085,6 @@ class GRPOEntropyConfig(GRPOConfig):
         if self.entropy_bonus_integral_error not in sums:
             raise ValueError(f"entropy_bonus_integral_error must be one of {list(sums)}, got "
                              f"{self.entropy_bonus_integral_error!r}.")
-        schedules = EntropyBonusController.GAIN_SCHEDULES
-        if self.entropy_bonus_gain_schedule not in schedules:
-            raise ValueError(f"entropy_bonus_gain_schedule must be one of {list(schedules)}, got "
-                             f"{self.entropy_bonus_gain_schedule!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
