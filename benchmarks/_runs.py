@@ -46,8 +46,7 @@ def package_defaults() -> dict:
 # before a field existed ran as this value): such a run is still served while the field's default is that value.
 FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_compensation_clip": "bounds", "entropy_bonus_integral_error": "prediction",
-                "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
-                "entropy_bonus_pull_start_steps": 0}
+                "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3}
 
 
 # The feedback bonus's own fields: they matter to a run only if it used the bonus's controller (the control itself,

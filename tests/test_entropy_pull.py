@@ -194,34 +194,3 @@ def test_the_assist_s_bonus_gets_the_pull_too(tmp_path):
     assert bonus.pull_cov is not None and bonus.varentropy > 0
     logged = [h["entropy_control/bonus_pull"] for h in trainer.state.log_history if "entropy_control/bonus_pull" in h]
     assert len(logged) == 2 and logged[-1] == pytest.approx(bonus.pull_coefficient)
-
-
-def test_the_integral_starts_at_the_measured_pull():
-    """``pull_start_steps=2``: for the first two updates the integral is the summed sums' ratio (within the bounds),
-    then it integrates from there; the start is kept in the state; 0 leaves the integral starting at ``initial``."""
-    fixed = dict(momentum_compensation=0.0, adapt_gain=False)
-    c = EntropyBonusController(pull_start_steps=2, **fixed)
-    c.note_pull(8.0, 100.0, 100.0)
-    c.update(1.16, 0.954)
-    assert c.integral == pytest.approx(0.08)
-    c.note_pull(12.0, 100.0, 100.0)
-    c.update(1.1, 0.954)
-    assert c.integral == pytest.approx(0.1) and c.pull_start == [20.0, 200.0]
-    before = c.integral
-    c.note_pull(90.0, 100.0, 100.0)  # after the start: no longer counted, the integral sums the error
-    c.update(0.6, 0.954)
-    assert c.pull_start == [20.0, 200.0]
-    assert c.integral == pytest.approx(before + c.ki * c.error)
-    d = EntropyBonusController(pull_start_steps=2, **fixed)
-    d.load_state_dict(c.state_dict())
-    assert d.pull_start == c.pull_start and d.state_dict()["config"]["pull_start_steps"] == 2
-    high = EntropyBonusController(pull_start_steps=1, c_max=0.5)
-    high.note_pull(90.0, 100.0, 100.0)
-    high.update(1.0, 1.0)
-    assert high.integral == 0.5  # held within the bounds
-    off = EntropyBonusController(**fixed)
-    off.note_pull(8.0, 100.0, 100.0)
-    off.update(1.16, 0.954)
-    assert off.integral == pytest.approx(off.ki * off.error)  # from 0, as before
-    with pytest.raises(ValueError, match="entropy_bonus_pull_start_steps"):
-        EntropyBonusController(pull_start_steps=-1)

@@ -922,7 +922,6 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         integral_error=args.entropy_bonus_integral_error,
         pull_gain=args.entropy_bonus_pull_gain,
         pull_smoothing=args.entropy_bonus_pull_smoothing,
-        pull_start_steps=args.entropy_bonus_pull_start_steps,
     )
 
 

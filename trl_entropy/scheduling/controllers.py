@@ -430,8 +430,7 @@ class EntropyBonusController:
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "bounds",
-                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
-                 pull_start_steps: int = 0):
+                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3):
         if compensation_clip not in self.COMPENSATION_CLIPS:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
                              f"{compensation_clip!r}.")
@@ -446,10 +445,6 @@ class EntropyBonusController:
         if not (isinstance(pull_gain, (int, float)) and math.isfinite(pull_gain) and pull_gain >= 0):
             raise ValueError(f"entropy_bonus_pull_gain must be a finite number >= 0, got {pull_gain!r}.")
         self.pull_gain = float(pull_gain)
-        if isinstance(pull_start_steps, bool) or not isinstance(pull_start_steps, int) or pull_start_steps < 0:
-            raise ValueError(f"entropy_bonus_pull_start_steps must be an integer >= 0, got {pull_start_steps!r}.")
-        self.pull_start_steps = int(pull_start_steps)
-        self.pull_start: list[float] = [0.0, 0.0]  # the pull sums of the first pull_start_steps steps, summed
         for name, v in (("level_smoothing", level_smoothing), ("trend_smoothing", trend_smoothing),
                         ("pull_smoothing", pull_smoothing)):
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
@@ -570,9 +565,6 @@ class EntropyBonusController:
         # a jump of the target (a one-step anneal) is not a slope: the term is held within the bounds
         scale = self.gain_scale
         low = self.low_bound(slope)
-        starting = self.steps <= self.pull_start_steps and self.pull_start[1] > 0
-        if starting:  # the integral starts at the measured balancing coefficient (step 5)
-            self.integral = min(self.c_max, max(low, self.pull_start[0] / self.pull_start[1]))
         self.feedforward = min(self.c_max, max(self.c_min, scale * self.kff * slope / max(target, 1e-6)))
         pull = self.pull_coefficient
         self.pull_term = 0.0 if pull is None else min(self.c_max, max(low, self.pull_gain * pull))
@@ -582,9 +574,7 @@ class EntropyBonusController:
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
             summed = _clipped_relative_error(next_target, self.level)
-        if starting:
-            pass  # held at the measured balancing coefficient until the start's steps are over
-        elif not self._pushes_past_a_bound(summed, low):
+        if not self._pushes_past_a_bound(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
@@ -601,8 +591,6 @@ class EntropyBonusController:
         if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
             return
         counted = count is not None and math.isfinite(count) and count > 0
-        if self.steps < self.pull_start_steps:  # the coming update is one of the first pull_start_steps
-            self.pull_start = [self.pull_start[0] + float(cov), self.pull_start[1] + float(var)]
         if self.pull_cov is None or self.pull_var is None:
             self.pull_cov, self.pull_var = float(cov), float(var)
             self.pull_count = float(count) if counted else None
@@ -752,7 +740,6 @@ class EntropyBonusController:
             "pull_var": self.pull_var,
             "pull_term": self.pull_term,
             "pull_count": self.pull_count,
-            "pull_start": list(self.pull_start),
             "authority": self.authority.state_dict(),
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
@@ -761,7 +748,7 @@ class EntropyBonusController:
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
-                       "pull_smoothing": self.pull_smoothing, "pull_start_steps": self.pull_start_steps},
+                       "pull_smoothing": self.pull_smoothing},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -786,7 +773,6 @@ class EntropyBonusController:
         self.pull_var = None if state.get("pull_var") is None else float(state["pull_var"])
         self.pull_term = float(state.get("pull_term", 0.0))
         self.pull_count = None if state.get("pull_count") is None else float(state["pull_count"])
-        self.pull_start = [float(v) for v in state.get("pull_start", (0.0, 0.0))]
         if "authority" in state:
             self.authority.load_state_dict(state["authority"])
 

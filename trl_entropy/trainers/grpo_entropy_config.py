@@ -323,11 +323,6 @@ class GRPOEntropyConfig(GRPOConfig):
             `entropy_control/bonus_pull` either way.
         entropy_bonus_pull_smoothing (`float`, *optional*, defaults to `0.3`):
             Weight of the newest step in the running averages of `Cov` and `Var`, in (0, 1].
-        entropy_bonus_pull_start_steps (`int`, *optional*, defaults to `0`):
-            For the first this many optimizer steps the law's integral is the balancing coefficient `Cov/Var`
-            measured over them (summed sums), within the bounds, instead of its own sum; afterwards it integrates
-            from there. The integral then starts at the coefficient that holds the policy gradient's pull, measured
-            on your model, instead of 0. 0: off.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -613,12 +608,6 @@ class GRPOEntropyConfig(GRPOConfig):
         default=0.3,
         metadata={"help": "Entropy bonus: weight of the newest step in the running averages of the pull's Cov and "
                   "Var, in (0, 1]."},
-    )
-    entropy_bonus_pull_start_steps: int = field(
-        default=0,
-        metadata={"help": "Entropy bonus: for the first this many optimizer steps the integral is the balancing "
-                  "coefficient Cov/Var measured over them (the policy gradient's pull on this model), then it "
-                  "integrates from there; 0: the integral starts at entropy_coef."},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1100,9 +1089,6 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
         self._validate_range("entropy_bonus_pull_smoothing", 0.0, 1.0, low_open=True)
-        steps = self.entropy_bonus_pull_start_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"entropy_bonus_pull_start_steps must be an integer >= 0, got {steps!r}.")
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
         limit = self.entropy_bonus_bound_limit
         if not _is_number(limit) or limit < size:
