@@ -948,6 +948,7 @@ class EntropyBonusControl(ControllerControl):
 
     follows_target = True
     knob_name = "entropy_coef"
+    uses_pull_sums = True  # the pull's estimate is logged, and fed forward with entropy_bonus_pull_gain > 0
     card_text = ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed coefficient "
                  "`c` (a penalty when negative) moved each optimizer step by a filtered, predictive PI law with "
                  "feed-forward from the target's slope, bounded and with anti-windup, its gains scaled by the "
@@ -978,8 +979,6 @@ class EntropyBonusControl(ControllerControl):
     def apply(self, trainer) -> None:
         _set_coefficient(trainer, self.controller.value)
 
-    uses_pull_sums = True
-
     def note_step_reading(self, reading):
         self.controller.note_step_reading(reading)
 
@@ -1005,9 +1004,12 @@ class EntropyBonusControl(ControllerControl):
 
 def _pull_metrics(c: EntropyBonusController) -> dict[str, float]:
     """``bonus_pull``: the coefficient that balances the policy gradient's pull on entropy (once measured);
-    ``bonus_pull_term``: the part of the law it set (0 with ``entropy_bonus_pull_gain=0``)."""
+    ``bonus_pull_term``: the part of the law it set (only with ``entropy_bonus_pull_gain > 0``);
+    ``bonus_varentropy``: the token mean of ``(log p + H)^2``."""
     pull = c.pull_coefficient
-    out = {} if pull is None else {"bonus_pull": pull, "bonus_pull_term": c.pull_term}
+    out = {} if pull is None else {"bonus_pull": pull}
+    if pull is not None and c.pull_gain > 0:
+        out["bonus_pull_term"] = c.pull_term
     if c.varentropy is not None:
         out["bonus_varentropy"] = c.varentropy
     return out
@@ -1121,7 +1123,7 @@ class AssistedControl:
         self.inner.apply(trainer)
         _set_coefficient(trainer, self.bonus.value)
 
-    uses_pull_sums = True
+    uses_pull_sums = True  # the assist's bonus gets the pull's estimate too
 
     def note_step_reading(self, reading):
         self.inner.note_step_reading(reading)
