@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from .measurement import pull_coefficient
+
 __all__ = [
     "AdaptiveClipController",
     "LambdaStepController",
@@ -609,9 +611,9 @@ class EntropyBonusController:
     def pull_coefficient(self) -> float | None:
         """The coefficient that balances the policy gradient's pull on entropy, estimated from the smoothed sums of
         :meth:`note_pull` (``cov / var``); ``None`` before any."""
-        if self.pull_cov is None or not self.pull_var:
+        if self.pull_cov is None or self.pull_var is None:
             return None
-        return self.pull_cov / self.pull_var
+        return pull_coefficient(self.pull_cov, self.pull_var)
 
     def _pushes_past_a_bound(self, error: float, low: float) -> bool:
         """Whether the law's unclipped output sits at a bound (``c_max``, or ``low``) with ``error`` asking to go

@@ -739,11 +739,11 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if window is None:
             window = torch.zeros(6, device=self.accelerator.device)
         self._ec_window = None
-        totals = self.accelerator.reduce(window, reduction="sum")
-        count = float(totals[1].item())
-        measured = float(totals[0].item()) / count if count > 0 else float("nan")
-        self._ec_pull = (float(totals[4].item()), float(totals[5].item()), count)
-        return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4].tolist())
+        totals = self.accelerator.reduce(window, reduction="sum").tolist()  # one device-to-host copy
+        count = float(totals[1])
+        measured = float(totals[0]) / count if count > 0 else float("nan")
+        self._ec_pull = (float(totals[4]), float(totals[5]), count)
+        return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4])
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
         """Sum a control's per-step counts over processes; keys starting with ``"max:"`` take the maximum.
