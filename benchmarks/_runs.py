@@ -46,7 +46,18 @@ def package_defaults() -> dict:
 # before a field existed ran as this value): such a run is still served while the field's default is that value.
 FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_compensation_clip": "bounds", "entropy_bonus_integral_error": "prediction",
-                "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3}
+                "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
+                "entropy_bonus_target_lookahead": "step", "entropy_bonus_antiwindup": "conditional"}
+
+# Fields that act only where the target moves: a change of their default leaves a run on a constant target (every
+# logged target equal) as it was, so such a run is still served.
+MOVING_TARGET_FIELDS = {"entropy_bonus_target_lookahead"}
+
+
+def constant_target(row: dict) -> bool:
+    """Whether the run's logged target never moved (``False`` when it logged none)."""
+    targets = [t for t in row.get("target") or [] if t is not None]
+    return bool(targets) and max(targets) == min(targets)
 
 
 # The feedback bonus's own fields: they matter to a run only if it used the bonus's controller (the control itself,
@@ -78,7 +89,8 @@ def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
     bonus = "key" not in row or uses_bonus_controller(run_overrides(row))
     return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
             if k not in overridden and recorded.get(k) != current.get(k)
-            and (bonus or not k.startswith(BONUS_PREFIX))}
+            and (bonus or not k.startswith(BONUS_PREFIX))
+            and not (k in MOVING_TARGET_FIELDS and constant_target(row))}
 
 
 def run_key(testbed: str, label: str, seed: int, steps: int, spec) -> str:

@@ -264,3 +264,15 @@ def test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero(tmp_path, c
     with pytest.raises(SystemExit) as e:
         parallel_tracking.main(["--jobs", str(jobs), "--merged", str(tmp_path / "m.jsonl")])
     assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():
+    import _runs
+
+    recorded = {"entropy_bonus_min": -0.1}  # recorded before entropy_bonus_target_lookahead existed ("step")
+    now = {"entropy_bonus_min": -0.1, "entropy_bonus_target_lookahead": "horizon"}
+    flat = {"package_defaults": recorded, "target": [0.9] * 5}
+    annealed = {"package_defaults": recorded, "target": [0.9, 0.9, 0.8, 0.7]}
+    assert _runs.changed_defaults(flat, now) == {}
+    assert _runs.changed_defaults(annealed, now) == {"entropy_bonus_target_lookahead": ("step", "horizon")}
+    assert _runs.changed_defaults({"package_defaults": recorded}, now) != {}  # no logged target: it counts

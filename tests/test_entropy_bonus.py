@@ -190,6 +190,8 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
      "entropy_bonus_compensation_clip must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_integral_error="levels"),
      "entropy_bonus_integral_error must be one of"),
+    (dict(entropy_control="entropy_bonus", entropy_bonus_target_lookahead="next"),
+     "entropy_bonus_target_lookahead must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_pull_gain=-1.0),
      r"entropy_bonus_pull_gain must be a number in \[0.0, inf\]"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_pull_smoothing=0.0),
@@ -315,3 +317,14 @@ def test_the_integral_error_field_reaches_the_controller(tmp_path):
     assert controller.integral_error == "level" and controller.ki == 0.03
     assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
         tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0))).integral_error == "prediction"
+
+
+def test_the_target_lookahead_field_reaches_the_controller(tmp_path):
+    from trl_entropy.controls import _bonus_controller
+
+    def controller(**kw):
+        return _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
+            tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0, **kw)))
+
+    assert controller().target_lookahead == "horizon"
+    assert controller(entropy_bonus_target_lookahead="step").target_lookahead == "step"

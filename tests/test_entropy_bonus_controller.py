@@ -630,3 +630,54 @@ def test_level_integral_holds_both_targets_on_the_simulated_plant():
         errs = [simulate(EntropyBonusController(integral_error="level", ki=0.03).update, seed=s, **kw)
                 for s in range(3)]
         assert sum(errs) / 3 < 0.10
+
+
+def test_the_prediction_is_compared_with_the_target_of_its_own_step_by_hand():
+    """horizon 3: after a flat step the target falls 0.02 a step; the target compared is 3 slopes ahead."""
+    c = make(kp=0.05, ki=0.0, kff=0.0)
+    c.update(1.0, 1.0)
+    c.update(0.98, 0.98)  # level 0.3*0.98 + 0.7*1.0 = 0.994, trend 0.2*(-0.006) = -0.0012
+    assert c.predicted == pytest.approx(0.994 + 3 * -0.0012)
+    ahead = 0.98 + 3 * -0.02
+    assert c.error == pytest.approx((ahead - c.predicted) / ahead)
+    step = make(kp=0.05, ki=0.0, kff=0.0, target_lookahead="step")
+    step.update(1.0, 1.0)
+    step.update(0.98, 0.98)
+    assert step.error == pytest.approx((0.96 - c.predicted) / 0.96)  # the next step's target: 0.98 - 0.02
+
+
+def test_entropy_that_follows_an_anneal_is_on_target_only_with_the_horizons_target():
+    """Noise-free entropy falling exactly along its target: 'horizon' reads (almost) no error once the filter has
+    the trend, 'step' reads a deficit of about (horizon - 1) slopes and pushes the coefficient up against it."""
+    ahead, step = make(horizon=6.0, ki=0.0), make(horizon=6.0, ki=0.0, target_lookahead="step")
+    for t in range(60):
+        target = 1.0 if t < 20 else 1.0 - 0.01 * (t - 20)
+        ahead.update(target, target)
+        step.update(target, target)
+    assert abs(ahead.error) < 0.01
+    assert step.error == pytest.approx(5 * 0.01 / 0.61, rel=0.1)  # 5 slopes of 0.01 on a target of ~0.6
+    assert step.value > ahead.value + 0.5 * 0.05 * step.error  # kp (0.05) times the deficit it reads: pushed up
+
+
+def test_the_horizons_target_is_the_same_on_a_constant_target_and_holds_a_jump_within_a_factor_2():
+    rng = random.Random(3)
+    seq = [rng.uniform(0.3, 1.8) for _ in range(50)]
+    a, b = EntropyBonusController(), EntropyBonusController(target_lookahead="step")
+    assert [a.update(m, 0.9) for m in seq] == [b.update(m, 0.9) for m in seq]  # bit-identical on a flat target
+    c = make(horizon=6.0)
+    assert c.target_ahead(0.5, -0.5) == pytest.approx(0.25)  # a jump from 1.0 to 0.5: not 0.5 - 6 * 0.5
+    assert c.target_ahead(1.0, 0.5) == pytest.approx(2.0)
+    assert make(horizon=0.0).target_ahead(1.0, -0.01) == pytest.approx(0.99)  # at least one step ahead
+
+
+def test_target_lookahead_is_validated_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="entropy_bonus_target_lookahead"):
+        EntropyBonusController(target_lookahead="steps")
+    assert EntropyBonusController().state_dict()["config"]["target_lookahead"] == "horizon"
+
+
+def test_the_horizons_target_holds_an_anneal_on_the_simulated_plant():
+    for lookahead in ("horizon", "step"):
+        errs = [simulate(EntropyBonusController(target_lookahead=lookahead).update, seed=s, target=wsd)
+                for s in range(3)]
+        assert sum(errs) / 3 < 0.10

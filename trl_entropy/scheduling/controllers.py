@@ -344,10 +344,18 @@ class EntropyBonusController:
        pushing while entropy is already rising fast and overshoots (measured on SmolLM2: a plain PI swung between
        ~0.5 and ~3 nats around a 1-nat target). Fed the predicted entropy, it brakes while the entropy is still
        below its target and rising.
-    2. **Error**, relative to the target and clipped to [-1, 1]: ``e = clip((T_next - H_hat) / T_next)``, where
-       ``T_next = T + (T - T_prev)`` is the target of the step the coefficient will act on. Relative, so that one set
-       of gains serves any target level; clipped, so that a far overshoot (H = 3T) does not ask for more than a
-       collapse (H = 0) does.
+    2. **Error**, relative to the target and clipped to [-1, 1]: ``e = clip((T_ahead - H_hat) / T_ahead)``, where
+       ``T_ahead`` is the target of the step the prediction is for (``target_lookahead="horizon"``, the default):
+       the target extrapolated along its slope, ``T + max(horizon, 1) * (T - T_prev)``, held within a factor 2 of
+       ``T`` (so that a jump of the target, a one-step schedule, is not extrapolated as a slope). Relative, so that
+       one set of gains serves any target level; clipped, so that a far overshoot (H = 3T) does not ask for more
+       than a collapse (H = 0) does. Why the target ``horizon`` steps ahead: the prediction is the entropy
+       ``horizon`` steps ahead, and on a moving target it must be compared with the target of that same step.
+       ``target_lookahead="step"`` (the law until 2026-11-27) compares it with the next step's target, ``T + (T -
+       T_prev)``: through an anneal, entropy falling exactly along the target is then predicted ``horizon - 1``
+       slopes below it, read as a deficit, and the law pushes against the anneal (on SmolLM2's WSD target: the
+       coefficient stayed near +0.05 through the anneal, its integral at +0.12, while entropy ended 0.11 nats above
+       a target of 0.48; docs: benchmarks, the anneal's look-ahead). On a constant target the two are identical.
     3. **Feed-forward** from the target's slope: ``ff = kff * (T - T_prev) / T``. An anneal asks entropy to fall at
        a known rate; the feedback alone would only react once the error has built up (a lag of several steps on a
        linear ramp). ``kff`` is in coefficient units per unit of relative target change per step.
@@ -426,6 +434,8 @@ class EntropyBonusController:
     """
 
     COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
+    TARGET_LOOKAHEADS = ("horizon", "step")  # which step's target the prediction is compared with (step 2)
+    ANTIWINDUPS = ("conditional", "clamp")  # how the integral is kept from winding up (step 5)
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
@@ -436,7 +446,15 @@ class EntropyBonusController:
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "bounds",
-                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3):
+                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
+                 target_lookahead: str = "horizon", antiwindup: str = "conditional"):
+        if antiwindup not in self.ANTIWINDUPS:
+            raise ValueError(f"entropy_bonus_antiwindup must be one of {self.ANTIWINDUPS}, got {antiwindup!r}.")
+        self.antiwindup = antiwindup
+        if target_lookahead not in self.TARGET_LOOKAHEADS:
+            raise ValueError(f"entropy_bonus_target_lookahead must be one of {self.TARGET_LOOKAHEADS}, got "
+                             f"{target_lookahead!r}.")
+        self.target_lookahead = target_lookahead
         if compensation_clip not in self.COMPENSATION_CLIPS:
             raise ValueError(f"entropy_bonus_compensation_clip must be one of {self.COMPENSATION_CLIPS}, got "
                              f"{compensation_clip!r}.")
@@ -566,8 +584,8 @@ class EntropyBonusController:
         self.predicted = self.level + self.horizon * self.trend
         slope = 0.0 if self.last_target is None else target - self.last_target
         self.last_target = target
-        next_target = max(target + slope, 1e-6)
-        self.error = _clipped_relative_error(next_target, self.predicted)
+        next_target = max(target + slope, 1e-6)  # the target of the step the coefficient acts on
+        self.error = _clipped_relative_error(self.target_ahead(target, slope), self.predicted)
         # a jump of the target (a one-step anneal) is not a slope: the term is held within the bounds
         scale = self.gain_scale
         low = self.low_bound(slope)
@@ -580,7 +598,7 @@ class EntropyBonusController:
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
             summed = _clipped_relative_error(next_target, self.level)
-        if not self._pushes_past_a_bound(summed, low):
+        if self.antiwindup == "clamp" or not self._pushes_past_a_bound(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
@@ -589,6 +607,15 @@ class EntropyBonusController:
         self.value = self._compensate(self.law, low)
         self._applied(self.value)
         return self.value
+
+    def target_ahead(self, target: float, slope: float) -> float:
+        """The target the predicted entropy is compared with (step 2 of the class docstring): ``horizon`` steps
+        ahead along the target's slope, within a factor 2 of ``target`` (``"horizon"``), or one step ahead
+        (``"step"``)."""
+        if self.target_lookahead == "step":
+            return max(target + slope, 1e-6)
+        ahead = target + max(self.horizon, 1.0) * slope
+        return max(min(2.0 * target, max(0.5 * target, ahead)), 1e-6)
 
     def note_pull(self, cov: float, var: float, count: float | None = None) -> None:
         """The step's two pull sums (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`, global): each
@@ -754,7 +781,8 @@ class EntropyBonusController:
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
-                       "pull_smoothing": self.pull_smoothing},
+                       "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead,
+                       "antiwindup": self.antiwindup},
         }
 
     def load_state_dict(self, state: dict) -> None:

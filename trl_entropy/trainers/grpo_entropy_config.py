@@ -324,6 +324,13 @@ class GRPOEntropyConfig(GRPOConfig):
             noise of the default and trained less accurate policies (docs: benchmarks, the pull).
         entropy_bonus_pull_smoothing (`float`, *optional*, defaults to `0.3`):
             Weight of the newest step in the running averages of `Cov` and `Var`, in (0, 1].
+        entropy_bonus_target_lookahead (`str`, *optional*, defaults to `"horizon"`):
+            Which step's target the law compares its predicted entropy with: `"horizon"`, the target
+            `entropy_bonus_horizon` steps ahead (extrapolated along its slope), the step the prediction is for; or
+            `"step"`, the next step's target (the law until 2026-11-27, kept to reproduce older runs). The two are
+            identical on a constant target. On a moving one, `"step"` reads entropy that follows the target as
+            `horizon - 1` slopes off it and pushes against the schedule (on SmolLM2's anneal it held the bonus up
+            while entropy ended 0.11 nats above its target; docs: benchmarks, the anneal's look-ahead).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -609,6 +616,20 @@ class GRPOEntropyConfig(GRPOConfig):
         default=0.3,
         metadata={"help": "Entropy bonus: weight of the newest step in the running averages of the pull's Cov and "
                   "Var, in (0, 1]."},
+    )
+    entropy_bonus_target_lookahead: str = field(
+        default="horizon",
+        metadata={"help": "Entropy bonus: which step's target the predicted entropy is compared with: 'horizon' "
+                  "(the target entropy_bonus_horizon steps ahead, along its slope: the step the prediction is for) "
+                  "or 'step' (the next step's target: the law until 2026-11-27). Identical on a constant target.",
+                  "choices": list(EntropyBonusController.TARGET_LOOKAHEADS)},
+    )
+    entropy_bonus_antiwindup: str = field(
+        default="conditional",
+        metadata={"help": "Entropy bonus: how the integral is kept from winding up: 'conditional' (it does not move "
+                  "while the law's output sits at a bound and the error pushes further) or 'clamp' (it always "
+                  "integrates, held within the bounds).",
+                  "choices": list(EntropyBonusController.ANTIWINDUPS)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1086,6 +1107,13 @@ class GRPOEntropyConfig(GRPOConfig):
         if self.entropy_bonus_integral_error not in sums:
             raise ValueError(f"entropy_bonus_integral_error must be one of {list(sums)}, got "
                              f"{self.entropy_bonus_integral_error!r}.")
+        if self.entropy_bonus_antiwindup not in EntropyBonusController.ANTIWINDUPS:
+            raise ValueError(f"entropy_bonus_antiwindup must be one of {list(EntropyBonusController.ANTIWINDUPS)}, "
+                             f"got {self.entropy_bonus_antiwindup!r}.")
+        lookaheads = EntropyBonusController.TARGET_LOOKAHEADS
+        if self.entropy_bonus_target_lookahead not in lookaheads:
+            raise ValueError(f"entropy_bonus_target_lookahead must be one of {list(lookaheads)}, got "
+                             f"{self.entropy_bonus_target_lookahead!r}.")
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
