@@ -681,3 +681,43 @@ def test_the_horizons_target_holds_an_anneal_on_the_simulated_plant():
         errs = [simulate(EntropyBonusController(target_lookahead=lookahead).update, seed=s, target=wsd)
                 for s in range(3)]
         assert sum(errs) / 3 < 0.10
+
+
+def test_clamp_antiwindup_lets_the_integral_fall_while_the_output_sits_at_the_lower_bound():
+    """Entropy far above its target: the output sits at c_min. 'conditional' holds the integral where it was (the
+    standing bonus stays, and returns at once when the error turns); 'clamp' keeps integrating, down to c_min."""
+    kw = dict(kp=0.25, ki=0.01, c_min=-0.05, c_max=0.5, horizon=0.0, level_smoothing=1.0, adapt_gain=False)
+    held, clamped = make(**kw), make(antiwindup="clamp", **kw)
+    for c in (held, clamped):
+        for _ in range(20):
+            c.update(0.2, 1.0)  # entropy below target: the integral builds a bonus (0.16; output 0.36)
+    start = clamped.integral
+    assert held.integral == pytest.approx(start) == pytest.approx(0.16)
+    for c in (held, clamped):
+        for _ in range(30):
+            c.update(2.0, 1.0)  # far above: e = -1, raw = I - 0.25 < -0.05 from the first step
+    assert held.value == pytest.approx(-0.05) and clamped.value == pytest.approx(-0.05)
+    assert held.integral == pytest.approx(start)  # frozen while the output sits at the bound
+    assert clamped.integral == pytest.approx(-0.05)  # 0.16 - 30 * 0.01, held at the bound
+    assert clamped.integral >= -0.05 - 1e-12
+
+
+def test_antiwindup_is_validated_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="entropy_bonus_antiwindup"):
+        EntropyBonusController(antiwindup="back-calculation")
+    assert EntropyBonusController().state_dict()["config"]["antiwindup"] == "conditional"
+    rng = random.Random(2)
+    seq = [(rng.uniform(0.3, 1.8), 1.0) for _ in range(40)]
+    a = EntropyBonusController(antiwindup="clamp")
+    for m, t in seq[:20]:
+        a.update(m, t)
+    b = EntropyBonusController(antiwindup="clamp")
+    b.load_state_dict(a.state_dict())
+    assert [a.update(m, t) for m, t in seq[20:]] == [b.update(m, t) for m, t in seq[20:]]
+
+
+def test_clamp_antiwindup_holds_both_targets_on_the_simulated_plant():
+    for target in (None, wsd):
+        kw = {} if target is None else {"target": target}
+        errs = [simulate(EntropyBonusController(antiwindup="clamp").update, seed=s, **kw) for s in range(3)]
+        assert sum(errs) / 3 < 0.10
