@@ -47,7 +47,7 @@ def package_defaults() -> dict:
 FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_compensation_clip": "bounds", "entropy_bonus_integral_error": "prediction",
                 "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
-                "entropy_bonus_target_lookahead": "step", "entropy_bonus_antiwindup": "conditional"}
+                "entropy_bonus_target_lookahead": "step"}
 
 # Fields that act only where the target moves: a change of their default leaves a run on a constant target (every
 # logged target equal) as it was, so such a run is still served.

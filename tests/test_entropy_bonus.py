@@ -190,7 +190,6 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
      "entropy_bonus_compensation_clip must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_integral_error="levels"),
      "entropy_bonus_integral_error must be one of"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_antiwindup="none"), "entropy_bonus_antiwindup must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_target_lookahead="next"),
      "entropy_bonus_target_lookahead must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_pull_gain=-1.0),
@@ -320,7 +319,7 @@ def test_the_integral_error_field_reaches_the_controller(tmp_path):
         tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0))).integral_error == "prediction"
 
 
-def test_the_lookahead_and_antiwindup_fields_reach_the_controller(tmp_path):
+def test_the_target_lookahead_field_reaches_the_controller(tmp_path):
     from trl_entropy.controls import _bonus_controller
 
     def controller(**kw):
@@ -329,4 +328,3 @@ def test_the_lookahead_and_antiwindup_fields_reach_the_controller(tmp_path):
 
     assert controller().target_lookahead == "horizon"
     assert controller(entropy_bonus_target_lookahead="step").target_lookahead == "step"
-    assert controller(entropy_bonus_antiwindup="clamp").antiwindup == "clamp"

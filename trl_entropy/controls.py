@@ -923,7 +923,6 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         pull_gain=args.entropy_bonus_pull_gain,
         pull_smoothing=args.entropy_bonus_pull_smoothing,
         target_lookahead=args.entropy_bonus_target_lookahead,
-        antiwindup=args.entropy_bonus_antiwindup,
     )
 
 

@@ -435,7 +435,6 @@ class EntropyBonusController:
 
     COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
     TARGET_LOOKAHEADS = ("horizon", "step")  # which step's target the prediction is compared with (step 2)
-    ANTIWINDUPS = ("conditional", "clamp")  # how the integral is kept from winding up (step 5)
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
@@ -447,10 +446,7 @@ class EntropyBonusController:
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "bounds",
                  integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
-                 target_lookahead: str = "horizon", antiwindup: str = "conditional"):
-        if antiwindup not in self.ANTIWINDUPS:
-            raise ValueError(f"entropy_bonus_antiwindup must be one of {self.ANTIWINDUPS}, got {antiwindup!r}.")
-        self.antiwindup = antiwindup
+                 target_lookahead: str = "horizon"):
         if target_lookahead not in self.TARGET_LOOKAHEADS:
             raise ValueError(f"entropy_bonus_target_lookahead must be one of {self.TARGET_LOOKAHEADS}, got "
                              f"{target_lookahead!r}.")
@@ -598,7 +594,7 @@ class EntropyBonusController:
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
             summed = _clipped_relative_error(next_target, self.level)
-        if self.antiwindup == "clamp" or not self._pushes_past_a_bound(summed, low):
+        if not self._pushes_past_a_bound(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
@@ -781,8 +777,7 @@ class EntropyBonusController:
                        "momentum_compensation": self.compensation, "noise_reference": self.noise_reference,
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
-                       "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead,
-                       "antiwindup": self.antiwindup},
+                       "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead},
         }
 
     def load_state_dict(self, state: dict) -> None:

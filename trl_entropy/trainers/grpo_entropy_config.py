@@ -624,13 +624,6 @@ class GRPOEntropyConfig(GRPOConfig):
                   "or 'step' (the next step's target: the law until 2026-11-27). Identical on a constant target.",
                   "choices": list(EntropyBonusController.TARGET_LOOKAHEADS)},
     )
-    entropy_bonus_antiwindup: str = field(
-        default="conditional",
-        metadata={"help": "Entropy bonus: how the integral is kept from winding up: 'conditional' (it does not move "
-                  "while the law's output sits at a bound and the error pushes further) or 'clamp' (it always "
-                  "integrates, held within the bounds).",
-                  "choices": list(EntropyBonusController.ANTIWINDUPS)},
-    )
     entropy_bonus_assist: bool = field(
         default=False,
         metadata={"help": "Give a target-following paper control (adaptive_clip, entrocraft, positive_reweight, "
@@ -1107,9 +1100,6 @@ class GRPOEntropyConfig(GRPOConfig):
         if self.entropy_bonus_integral_error not in sums:
             raise ValueError(f"entropy_bonus_integral_error must be one of {list(sums)}, got "
                              f"{self.entropy_bonus_integral_error!r}.")
-        if self.entropy_bonus_antiwindup not in EntropyBonusController.ANTIWINDUPS:
-            raise ValueError(f"entropy_bonus_antiwindup must be one of {list(EntropyBonusController.ANTIWINDUPS)}, "
-                             f"got {self.entropy_bonus_antiwindup!r}.")
         lookaheads = EntropyBonusController.TARGET_LOOKAHEADS
         if self.entropy_bonus_target_lookahead not in lookaheads:
             raise ValueError(f"entropy_bonus_target_lookahead must be one of {list(lookaheads)}, got "
