@@ -80,8 +80,9 @@ def run_overrides(row: dict) -> dict:
 
 def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
     """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran, leaving out the fields the
-    run set itself (``overridden``) and the bonus's own fields for a run that did not use its controller; empty for
-    rows cached before defaults were recorded. A field the row predates counts as its ``FIELDS_ADDED`` value."""
+    run set itself (``overridden``), the bonus's own fields for a run that did not use its controller, and the
+    ``MOVING_TARGET_FIELDS`` for a run on a constant target; empty for rows cached before defaults were recorded. A
+    field the row predates counts as its ``FIELDS_ADDED`` value."""
     recorded = row.get("package_defaults")
     if recorded is None:
         return {}
