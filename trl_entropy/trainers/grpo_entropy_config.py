@@ -1092,18 +1092,9 @@ class GRPOEntropyConfig(GRPOConfig):
         if not (_is_number(authority) and authority > 0):
             raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
         self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
-        clips = EntropyBonusController.COMPENSATION_CLIPS
-        if self.entropy_bonus_compensation_clip not in clips:
-            raise ValueError(f"entropy_bonus_compensation_clip must be one of {list(clips)}, got "
-                             f"{self.entropy_bonus_compensation_clip!r}.")
-        sums = EntropyBonusController.INTEGRAL_ERRORS
-        if self.entropy_bonus_integral_error not in sums:
-            raise ValueError(f"entropy_bonus_integral_error must be one of {list(sums)}, got "
-                             f"{self.entropy_bonus_integral_error!r}.")
-        lookaheads = EntropyBonusController.TARGET_LOOKAHEADS
-        if self.entropy_bonus_target_lookahead not in lookaheads:
-            raise ValueError(f"entropy_bonus_target_lookahead must be one of {list(lookaheads)}, got "
-                             f"{self.entropy_bonus_target_lookahead!r}.")
+        self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
+        self._validate_choice("entropy_bonus_integral_error", EntropyBonusController.INTEGRAL_ERRORS)
+        self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
