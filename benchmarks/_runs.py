@@ -49,6 +49,10 @@ FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
                 "entropy_bonus_target_lookahead": "step"}
 
+# Config fields removed after runs were cached, with the value that trained as the package trains now (an option
+# measured and dropped): a run that recorded this value is served; one that recorded another value is not.
+FIELDS_REMOVED = {"entropy_bonus_antiwindup": "conditional"}
+
 # Fields that act only where the target moves: a change of their default leaves a run on a constant target (every
 # logged target equal) as it was, so such a run is still served.
 MOVING_TARGET_FIELDS = {"entropy_bonus_target_lookahead"}
@@ -82,11 +86,14 @@ def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
     """``{field: (recorded, current)}`` for the defaults that changed since ``row`` ran, leaving out the fields the
     run set itself (``overridden``), the bonus's own fields for a run that did not use its controller, and the
     ``MOVING_TARGET_FIELDS`` for a run on a constant target; empty for rows cached before defaults were recorded. A
-    field the row predates counts as its ``FIELDS_ADDED`` value."""
+    field the row predates counts as its ``FIELDS_ADDED`` value; a field removed since counts as no change when the run
+    recorded its ``FIELDS_REMOVED`` value."""
     recorded = row.get("package_defaults")
     if recorded is None:
         return {}
     recorded = {**{k: v for k, v in FIELDS_ADDED.items() if k in current}, **recorded}
+    recorded = {k: v for k, v in recorded.items()
+                if not (k not in current and k in FIELDS_REMOVED and v == FIELDS_REMOVED[k])}
     bonus = "key" not in row or uses_bonus_controller(run_overrides(row))
     return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
             if k not in overridden and recorded.get(k) != current.get(k)

@@ -266,6 +266,18 @@ def test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero(tmp_path, c
     assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
 
 
+def test_a_removed_field_counts_only_at_a_value_other_than_how_the_package_trains_now():
+    import _runs
+
+    now = {"entropy_bonus_min": -0.1}
+    kept = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"}}
+    dropped = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "clamp"}}
+    assert _runs.changed_defaults(kept, now) == {}
+    assert _runs.changed_defaults(dropped, now) == {"entropy_bonus_antiwindup": ("clamp", None)}
+    # while the field exists, a different value still counts as a change
+    assert _runs.changed_defaults(kept, dict(now, entropy_bonus_antiwindup="clamp")) != {}
+
+
 def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():
     import _runs
 
