@@ -9,7 +9,7 @@ import torch
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
 
 from trl_entropy import GRPOEntropyTrainer
-from trl_entropy.scheduling import EntropyBonusController, entropy_pull_sums, pull_coefficient
+from trl_entropy.scheduling import EntropyBonusController, entropy_pull_sums, policy_token_weights, pull_coefficient
 
 
 def test_sums_by_hand():
@@ -194,3 +194,104 @@ def test_the_assist_s_bonus_gets_the_pull_too(tmp_path):
     assert bonus.pull_cov is not None and bonus.varentropy > 0
     logged = [h["entropy_control/bonus_pull"] for h in trainer.state.log_history if "entropy_control/bonus_pull" in h]
     assert len(logged) == 2 and logged[-1] == pytest.approx(bonus.pull_coefficient)
+
+
+def test_policy_token_weights_by_hand():
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]])  # 4 tokens, 2 sequences of lengths 1 and 3
+    assert policy_token_weights(mask, "dapo") is None and policy_token_weights(mask, "bnpo") is None
+    # "grpo": a sequence's tokens weigh 1 / (B * len) in the policy term, 1 / N in the bonus
+    assert policy_token_weights(mask, "grpo")[:, 0].tolist() == [2.0, pytest.approx(2.0 / 3.0)]
+    assert policy_token_weights(mask, "sapo").tolist() == policy_token_weights(mask, "grpo").tolist()
+    assert policy_token_weights(mask, "dr_grpo", 8).unique().tolist() == [0.25]  # 4 / (2 * 8)
+    assert policy_token_weights(mask, "luspo").unique().tolist() == [2.0]  # 4 / 2
+    # weighted covariance, plain variance
+    logps, ents = torch.tensor([[-1.0, 0, 0, 0], [-1.0, -1.0, -1.0, 0]]), torch.tensor([[2.0, 0, 0, 0], [0.5] * 4])
+    cov, var = entropy_pull_sums(logps, ents, torch.tensor([1.0, -1.0]), mask,
+                                 policy_token_weights(mask, "grpo")).tolist()
+    assert cov == pytest.approx(2.0 * 1.0 + (2.0 / 3.0) * 3 * 0.5) and var == pytest.approx(1.0 + 3 * 0.25)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_weighted_ratio_balances_a_per_sequence_loss(seed):
+    """Several states (tokens) in two sequences of lengths 1 and 3, each a softmax over 8 actions, with the natural
+    policy gradient's logit update per state and the loss's own token weights: ``"grpo"`` weighs a token by
+    ``1 / (B * len)``, the bonus by ``1 / N``. The coefficient from the sums weighted by
+    :func:`policy_token_weights` cancels the first-order change of the token-mean entropy; the unweighted one does
+    not."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    states = [(0, 0), (1, 0), (1, 1), (1, 2)]
+    z = {s: torch.randn(8, generator=g, dtype=torch.float64) * 2 for s in states}
+    sign = {0: 1.0, 1: -1.0}  # the short sequence was rewarded, the long one not
+    adv = {s: sign[s[0]] * (torch.randn(8, generator=g, dtype=torch.float64) + 0.8 * z[s]) for s in states}
+    n, rows = 4, 2
+    w_policy = {s: 1.0 / (rows * float(mask[s[0]].sum())) for s in states}
+
+    def probs_weighted_sums(weights):
+        cov = var = 0.0
+        for s in states:
+            p, logp = torch.softmax(z[s], -1), torch.log_softmax(z[s], -1)
+            h = float(-(p * logp).sum())
+            centred = logp + h
+            cov += weights[s] * float((p * centred * adv[s]).sum())
+            var += float((p * centred * centred).sum())
+        return cov, var
+
+    rel = policy_token_weights(mask.to(torch.float64), "grpo")
+    weighted = pull_coefficient(*probs_weighted_sums({s: float(rel[s]) for s in states}))
+    unweighted = pull_coefficient(*probs_weighted_sums({s: 1.0 for s in states}))
+    eta = 1e-3
+
+    def entropy_change(c):
+        total = 0.0
+        for s in states:
+            logp = torch.log_softmax(z[s], -1)
+            h = entropy(z[s])
+            step = w_policy[s] * adv[s] - c * (logp + h) / n  # the policy term's weight, the bonus's token mean
+            total += entropy(z[s] + eta * step) - h
+        return total
+
+    plain = entropy_change(0.0)
+    assert abs(entropy_change(weighted)) < 0.02 * abs(plain)
+    assert abs(entropy_change(unweighted)) > 0.1 * abs(plain)
+
+
+def test_through_trl_a_per_sequence_loss_weighs_the_covariance_as_the_loss_does(tmp_path):
+    """``loss_type="grpo"``: the step's covariance sum is that of :func:`policy_token_weights`, the variance sum
+    the plain one."""
+    args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=2,
+                     per_device_train_batch_size=8, steps_per_generation=2, loss_type="grpo")
+    trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    seen = []
+    inner = trainer._get_per_token_logps_and_entropies
+
+    def recording(*a, **k):
+        logps, ents, aux = inner(*a, **k)
+        if trainer._ec_capture and ents is not None:
+            seen.append((logps.detach(), ents.detach()))
+        return logps, ents, aux
+
+    trainer._get_per_token_logps_and_entropies = recording
+    compute, expected = trainer._compute_loss, []
+
+    def recording_loss(model, inputs):
+        loss = compute(model, inputs)
+        logps, ents = seen[-1]
+        mask = inputs["completion_mask"]
+        w = policy_token_weights(mask, "grpo")
+        expected.append((entropy_pull_sums(logps, ents, inputs["advantages"], mask, w),
+                         entropy_pull_sums(logps, ents, inputs["advantages"], mask)))
+        return loss
+
+    trainer._compute_loss = recording_loss
+    sums = []
+    note = trainer.entropy_control.controller.note_pull
+    trainer.entropy_control.controller.note_pull = lambda cov, var, count: (sums.append((cov, var)),
+                                                                            note(cov, var, count))
+    trainer.train()
+    assert len(sums) == 2 and len(expected) == 2
+    for (cov, var), (weighted, plain) in zip(sums, expected):
+        assert cov == pytest.approx(float(weighted[0]), rel=1e-5, abs=1e-6)
+        assert var == pytest.approx(float(plain[1]), rel=1e-5)
+    assert any(abs(float(w[0]) - float(p[0])) > 1e-6 for w, p in expected)  # the weights mattered here

@@ -8,7 +8,13 @@ from .controllers import (
     SaturationMonitor,
 )
 from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
-from .measurement import entropy_pull_sums, entropy_sums, generation_batch_entropy, pull_coefficient
+from .measurement import (
+    entropy_pull_sums,
+    entropy_sums,
+    generation_batch_entropy,
+    policy_token_weights,
+    pull_coefficient,
+)
 from .schedules import (
     CallableSchedule,
     ConstantSchedule,
@@ -42,5 +48,6 @@ __all__ = [
     "entropy_sums",
     "generation_batch_entropy",
     "entropy_pull_sums",
+    "policy_token_weights",
     "pull_coefficient",
 ]

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "pull_coefficient"]
+__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "policy_token_weights", "pull_coefficient"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -50,9 +50,38 @@ def generation_batch_entropy(batch_generation_entropy: float | None, sums) -> fl
     return value if math.isfinite(value) else None
 
 
+# TRL's loss types whose policy term is a token mean over the micro-batch or the accumulation window, as the bonus is
+TOKEN_MEAN_LOSS_TYPES = ("bnpo", "dapo", "cispo", "vespo")
+
+
+def policy_token_weights(mask: torch.Tensor, loss_type: str, max_completion_length: int | None = None
+                         ) -> torch.Tensor | None:
+    """Each token's weight in the policy term of TRL's loss, relative to its weight in the entropy bonus (a token
+    mean over the micro-batch, whatever the loss type), for :func:`entropy_pull_sums`; ``None`` where the two are
+    the same (the token-mean loss types, ``TOKEN_MEAN_LOSS_TYPES``, and any type this function does not know).
+
+    With ``N`` the micro-batch's tokens, ``B`` its sequences and ``len_i`` sequence ``i``'s: ``"grpo"`` and
+    ``"sapo"`` average each sequence's tokens, then the sequences (``N / (B * len_i)``); ``"dr_grpo"`` divides by
+    ``B * max_completion_length`` (``N / (B * L)``); ``"luspo"`` sums each sequence's tokens and averages the
+    sequences (``N / B``). ``mask`` (B, T) is the policy term's token mask."""
+    if loss_type in TOKEN_MEAN_LOSS_TYPES:
+        return None
+    m = mask.to(torch.float32)
+    n, rows = m.sum(), m.shape[0]
+    if loss_type in ("grpo", "sapo"):
+        per_row = n / (rows * m.sum(-1).clamp(min=1.0))
+    elif loss_type == "dr_grpo" and max_completion_length:
+        per_row = (n / (rows * float(max_completion_length))).expand(rows)
+    elif loss_type == "luspo":
+        per_row = (n / rows).expand(rows)
+    else:
+        return None
+    return per_row[:, None].expand_as(m)
+
+
 def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor) -> torch.Tensor:
-    """``[sum(m * (log p + H) * A), sum(m * (log p + H)^2)]`` over one micro-batch (float32): the two sums whose
+                      mask: torch.Tensor, policy_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``[sum(m * w * (log p + H) * A), sum(m * (log p + H)^2)]`` over one micro-batch (float32): the two sums whose
     ratio (:func:`pull_coefficient`) is the entropy coefficient that balances this batch's policy-gradient pull on
     entropy.
 
@@ -62,9 +91,12 @@ def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: 
     that covariance from the token the policy sampled. An entropy bonus ``c * H`` acts as the advantage
     ``-c * (log pi(a) + H)`` (its gradient at a state is ``E_a[grad log pi(a) * (-log pi(a) - H)]``), so it changes
     entropy by ``eta * c * Var_{a~pi}(log pi(a))``, estimated by ``(log p + H)^2``. The coefficient with no net
-    first-order change is the ratio ``Cov / Var``; the step size ``eta`` cancels. Both are token means, as TRL's
-    bonus is and as its token-level loss types (``"dapo"``, the default, ``"bnpo"``) weigh the policy term;
-    ``"grpo"`` weighs a sequence's tokens by ``1 / length``, which the estimate does not.
+    first-order change is the ratio ``Cov / Var``; the step size ``eta`` cancels. TRL's bonus is a token mean;
+    where the loss type weighs the policy term's tokens otherwise (``"grpo"``: each sequence's tokens by ``1 /
+    length``), ``policy_weights`` (:func:`policy_token_weights`, relative to the bonus's token weight) weigh the
+    covariance's tokens as the loss does; ``None`` for the token-mean types (``"dapo"``, the default, ``"bnpo"``).
+    Importance ratios, clipping and a loss type's other terms are not modelled (the estimate is first order, at
+    ratio 1).
 
     ``logps`` and ``entropies`` are the current policy's per-token log-prob of the sampled token and entropy
     (B, T); ``advantages`` (B,), (B, 1) or (B, T); ``mask`` (B, T), 0/1 or token weights. Summed over micro-batches and
@@ -74,7 +106,8 @@ def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: 
     adv = advantages.detach().float()
     if adv.dim() == 1:
         adv = adv.unsqueeze(1)
-    return torch.stack([(centred * adv * m).sum(), (centred * centred * m).sum()])
+    weighted = m if policy_weights is None else m * policy_weights.to(m)
+    return torch.stack([(centred * adv * weighted).sum(), (centred * centred * m).sum()])
 
 
 def pull_coefficient(cov: float, var: float) -> float | None:

@@ -64,7 +64,7 @@ from ..losses.policy_loss import (
 )
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
-from ..scheduling.measurement import entropy_pull_sums, entropy_sums, generation_batch_entropy
+from ..scheduling.measurement import entropy_pull_sums, entropy_sums, generation_batch_entropy, policy_token_weights
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
@@ -718,7 +718,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                         mask = mask * inputs["tool_mask"]
                 pull = None
                 if getattr(control, "uses_pull_sums", False) and logps is not None and logps.shape == mask.shape:
-                    pull = entropy_pull_sums(logps, entropies, inputs["advantages"], mask)
+                    weights = policy_token_weights(mask, self.loss_type, self.args.max_completion_length)
+                    pull = entropy_pull_sums(logps, entropies, inputs["advantages"], mask, weights)
                 self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), pull)
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()
