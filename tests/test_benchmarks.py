@@ -288,3 +288,28 @@ def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():
     assert _runs.changed_defaults(flat, now) == {}
     assert _runs.changed_defaults(annealed, now) == {"entropy_bonus_target_lookahead": ("step", "horizon")}
     assert _runs.changed_defaults({"package_defaults": recorded}, now) != {}  # no logged target: it counts
+
+
+def test_frontier_scores_each_label_on_every_asked_seed_and_pairs_it_with_trl(tmp_path, capsys):
+    import frontier
+
+    def run(label, seed, level, sampled):
+        measured = [1.0] * 20 + [level] * 80  # the error counts after the first 20 steps, on MA10
+        return {"label": label, "seed": seed, "measured": measured, "target": [1.0] * 100, "final_reward": 0.5,
+                "final_eval": {"train_sampled": sampled, "train_greedy": sampled + 0.1}}
+
+    rows = [run("hold/trl_adaptive_entropy", s, 1.2, 0.80 + 0.01 * s) for s in (0, 1)]
+    rows += [run("hold/entropy_bonus", s, 1.1, 0.82 + 0.03 * s) for s in (0, 1)]
+    rows += [run("hold/entropy_bonus X", 0, 0.95, 0.9)]  # one seed only: not a row
+    rows += [dict(run("hold/entropy_bonus", 2, 1.0, 0.5), final_eval=None)]  # no evaluation: ignored
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = frontier.table(str(path), [0, 1])
+    assert [r["label"] for r in table] == ["hold/entropy_bonus", "hold/trl_adaptive_entropy"]  # by error
+    bonus, trl = table
+    assert bonus["err"] == pytest.approx(tracking.smoothed_error([1.0] * 20 + [1.1] * 80, [1.0] * 100))
+    assert trl["vs_trl"] is None
+    assert bonus["vs_trl"][0] == pytest.approx(0.03) and bonus["vs_trl"][1] == pytest.approx(0.01)
+    frontier.main(["--results", str(path), "--seeds", "0,1", "--png", str(tmp_path / "f.png")])
+    out = capsys.readouterr().out
+    assert "| hold | `entropy_bonus` | " in out and "+0.030 ± 0.010" in out and (tmp_path / "f.png").stat().st_size > 0
