@@ -147,6 +147,9 @@ def main(argv=None) -> None:
     p.add_argument("--label", default="", help="suffix for the cached run labels of this configuration")
     p.add_argument("--results", default=None, help="JSON-lines cache of finished runs (resume, reprint)")
     p.add_argument("--cached_only", action="store_true", help="print the table from the cache; train nothing")
+    p.add_argument("--as_recorded", action="store_true",
+                   help="with --cached_only: also serve cached runs whose package defaults have changed since they "
+                        "ran (a reprint of what was measured then; each such run is named with what changed)")
     p.add_argument("--final_eval", action="store_true",
                    help="evaluate each trained policy (sampled and greedy accuracy, train and test problems)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
@@ -157,6 +160,9 @@ def main(argv=None) -> None:
     p.add_argument("--prepare_only", action="store_true",
                    help="only evaluate the starting model into the cache (with --final_eval), then exit")
     a = p.parse_args(argv)
+    if a.as_recorded and not a.cached_only:
+        p.error("--as_recorded reprints runs made under earlier defaults; it needs --cached_only (a missing run "
+                "would train with today's defaults under the same label)")
     import json
     import os
 
@@ -187,14 +193,14 @@ def main(argv=None) -> None:
                 suffix = (" assist" if assist else "") + a.label
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{suffix}", seed=seed,
-                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only,
+                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only, as_recorded=a.as_recorded,
                                    final_eval=a.final_eval, output_dir=a.output_dir)
                     if r is not None:
                         r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
                 else:
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{suffix}",
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
-                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only,
+                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only, as_recorded=a.as_recorded,
                                    final_eval=a.final_eval, output_dir=a.output_dir)
                 if r is None:
                     continue

@@ -82,6 +82,13 @@ def test_a_cached_run_is_not_served_once_the_package_defaults_change(tmp_path, c
     out = capsys.readouterr().out
     assert "ran with other package defaults, not served: entropy_bonus_kp" in out
     assert "| constant | entropy_bonus |" not in out
+    # reprinted as recorded on request, naming what changed; never with training allowed
+    tracking.main([*argv, "--cached_only", "--as_recorded"])
+    out = capsys.readouterr().out
+    assert "served as recorded: entropy_bonus_kp" in out and "| constant | entropy_bonus |" in out
+    with pytest.raises(SystemExit):
+        tracking.main([*argv, "--as_recorded"])
+    assert "needs --cached_only" in capsys.readouterr().err
     # a row cached before the record existed is served as it is
     legacy = {k: v for k, v in row.items() if k != "package_defaults"}
     results.write_text(json.dumps(legacy) + "\n")
