@@ -1,7 +1,7 @@
 """Tracking against accuracy: every law measured with ``tracking.py --final_eval`` on the same seeds, one row each.
 
     python benchmarks/frontier.py [--results benchmarks/results/tracking_smollm2.jsonl] [--seeds 0,1,2]
-                                  [--png docs/img/frontier_smollm2.png]
+                                  [--png docs/img/frontier_smollm2.png [--goal hold=10 wsd=15]]
 
 Reads the cache only; trains nothing. A label (target/method and its variant suffix, see docs/benchmarks.md) is a
 row when every asked seed has a run with a final evaluation. Columns: the tracking error (the tracking table's
@@ -81,7 +81,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str, goals: dict[str, float] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,6 +98,10 @@ def plot(rows: list[dict], path: str) -> None:
             ax.annotate("TRL's rule" if trl else "defaults" if default else name.replace("entropy_bonus", "").strip()
                         or name, (100 * r["err"], r["sampled"]), fontsize=8, xytext=(4, 3),
                         textcoords="offset points")
+        if goals and target in goals:
+            ax.axvline(goals[target], color="black", linestyle="--", linewidth=1)
+            ax.annotate(f"goal {goals[target]:g}%", (goals[target], 0.02), xycoords=("data", "axes fraction"),
+                        fontsize=8, xytext=(3, 0), textcoords="offset points")
         ax.set_title(f"{target}, seeds {','.join(map(str, rows[0]['seeds']))}")
         ax.set_xlabel("tracking error (%, MA10 after the first 20% of steps)")
         ax.set_ylabel("train accuracy, 16 samples per problem")
@@ -112,6 +116,8 @@ def main(argv=None) -> None:
     p.add_argument("--results", default="benchmarks/results/tracking_smollm2.jsonl")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--png", default=None, help="also draw the rows as a scatter into this PNG")
+    p.add_argument("--goal", nargs="*", default=[], metavar="TARGET=PERCENT",
+                   help="a tracking goal to mark in the picture, e.g. hold=10 wsd=15")
     a = p.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     rows = table(a.results, seeds)
@@ -120,7 +126,7 @@ def main(argv=None) -> None:
         return
     print(markdown(rows))
     if a.png:
-        plot(rows, a.png)
+        plot(rows, a.png, {k: float(v) for k, v in (g.split("=", 1) for g in a.goal)})
         print(f"\nwrote {a.png}")
 
 

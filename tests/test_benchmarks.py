@@ -317,6 +317,6 @@ def test_frontier_scores_each_label_on_every_asked_seed_and_pairs_it_with_trl(tm
     assert bonus["err"] == pytest.approx(tracking.smoothed_error([1.0] * 20 + [1.1] * 80, [1.0] * 100))
     assert trl["vs_trl"] is None
     assert bonus["vs_trl"][0] == pytest.approx(0.03) and bonus["vs_trl"][1] == pytest.approx(0.01)
-    frontier.main(["--results", str(path), "--seeds", "0,1", "--png", str(tmp_path / "f.png")])
+    frontier.main(["--results", str(path), "--seeds", "0,1", "--png", str(tmp_path / "f.png"), "--goal", "hold=10"])
     out = capsys.readouterr().out
     assert "| hold | `entropy_bonus` | " in out and "+0.030 ± 0.010" in out and (tmp_path / "f.png").stat().st_size > 0
