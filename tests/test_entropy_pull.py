@@ -117,6 +117,21 @@ def test_bad_arguments_are_refused(bad):
         EntropyBonusController(**bad)
 
 
+def record_loss_forwards(trainer) -> list:
+    """Wrap the trainer's log-prob/entropy forward: the returned list gets ``(logps, entropies)`` of each forward
+    the loss path captures (the training loss forwards, not the generation-side ones)."""
+    seen, inner = [], trainer._get_per_token_logps_and_entropies
+
+    def recording(*a, **k):
+        logps, ents, aux = inner(*a, **k)
+        if trainer._ec_capture and ents is not None:
+            seen.append((logps.detach(), ents.detach()))
+        return logps, ents, aux
+
+    trainer._get_per_token_logps_and_entropies = recording
+    return seen
+
+
 def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path):
     """Off-policy steps of two micro-batches: each step's two sums are those of its loss forwards' tokens (the same
     log-probs, entropies, advantages and mask TRL's loss used), summed, and reach the controller before its
@@ -127,16 +142,7 @@ def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path)
     trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     sums, expected = [], []
-    inner = trainer._get_per_token_logps_and_entropies
-    step = []
-
-    def recording(*a, **k):
-        logps, ents, aux = inner(*a, **k)
-        if trainer._ec_capture and ents is not None:
-            step.append((logps.detach(), ents.detach()))
-        return logps, ents, aux
-
-    trainer._get_per_token_logps_and_entropies = recording
+    step = record_loss_forwards(trainer)
     compute = trainer._compute_loss
 
     def recording_loss(model, inputs):
@@ -263,16 +269,7 @@ def test_through_trl_a_per_sequence_loss_weighs_the_covariance_as_the_loss_does(
                      per_device_train_batch_size=8, steps_per_generation=2, loss_type="grpo")
     trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
-    seen = []
-    inner = trainer._get_per_token_logps_and_entropies
-
-    def recording(*a, **k):
-        logps, ents, aux = inner(*a, **k)
-        if trainer._ec_capture and ents is not None:
-            seen.append((logps.detach(), ents.detach()))
-        return logps, ents, aux
-
-    trainer._get_per_token_logps_and_entropies = recording
+    seen = record_loss_forwards(trainer)
     compute, expected = trainer._compute_loss, []
 
     def recording_loss(model, inputs):
