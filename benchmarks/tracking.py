@@ -193,15 +193,15 @@ def main(argv=None) -> None:
                 suffix = (" assist" if assist else "") + a.label
                 if not ours and not overrides:  # plain GRPO ignores the target: one run serves every target
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"any/{method}{suffix}", seed=seed,
-                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only, as_recorded=a.as_recorded,
-                                   final_eval=a.final_eval, output_dir=a.output_dir)
+                                   steps=steps, spec=spec, method=method, target_start=h0, cached_only=a.cached_only,
+                                   as_recorded=a.as_recorded, final_eval=a.final_eval, output_dir=a.output_dir)
                     if r is not None:
                         r = dict(r, target=target_curve(schedule, h0 * start_frac, end_ratio, r["step"], steps))
                 else:
                     r = cached_run(cache, a.results, testbed=a.testbed, label=f"{target_name}/{method}{suffix}",
                                    seed=seed, steps=steps, spec=spec, method=method, target_start=h0 * start_frac,
-                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only, as_recorded=a.as_recorded,
-                                   final_eval=a.final_eval, output_dir=a.output_dir)
+                                   schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3, cached_only=a.cached_only,
+                                   as_recorded=a.as_recorded, final_eval=a.final_eval, output_dir=a.output_dir)
                 if r is None:
                     continue
                 err, raw, settle = summarize(r["measured"], r["target"])
