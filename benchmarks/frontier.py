@@ -55,8 +55,7 @@ def table(path: str, seeds: list[int]) -> list[dict]:
     labels = rows_by_label(path, seeds)
     scores = {label: {s: score(run) for s, run in runs.items()} for label, runs in labels.items()}
     out = []
-    for label in sorted(scores, key=lambda lb: (lb.split("/")[0], statistics.mean(
-            v["err"] for v in scores[lb].values()))):
+    for label in scores:
         target = label.split("/")[0]
         row = {"target": target, "label": label, "seeds": seeds}
         for key in ("err", "sampled", "greedy", "reward"):
@@ -68,7 +67,7 @@ def table(path: str, seeds: list[int]) -> list[dict]:
             se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
             row["vs_trl"] = (statistics.mean(diffs), se)
         out.append(row)
-    return out
+    return sorted(out, key=lambda r: (r["target"], r["err"]))
 
 
 def markdown(rows: list[dict]) -> str:
