@@ -119,12 +119,29 @@ def test_two_grpo_steps_with_a_target_following_control(folder, tmp_path, monkey
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
 
 
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
+SMOLLM2_RECIPES = sorted(name for name in os.listdir(RECIPES) if name.endswith(".yaml")
+                         and "model_name_or_path: smollm2\n" in open(os.path.join(RECIPES, name)).read()
+                         and "use_vllm: true" not in open(os.path.join(RECIPES, name)).read())
+
+
+def test_the_offline_smollm2_recipes_are_the_ones_found():
+    assert {"smollm2.yaml", "entropy_bonus_smollm2_wsd.yaml", "entrocraft_assist_smollm2_wsd.yaml",
+            "trl_adaptive_smollm2_wsd.yaml"} <= set(SMOLLM2_RECIPES), SMOLLM2_RECIPES
+
+
 @needs_model
-def test_the_smollm2_recipe_trains_through_the_cli(folder, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", SMOLLM2_RECIPES)
+def test_the_smollm2_recipes_train_through_the_cli(folder, tmp_path, monkeypatch, name):
+    """Every offline SmolLM2 recipe (one per recommended setting of docs/choosing.md) trains two steps through
+    `trl-entropy grpo`, and its model card names its control."""
+    import yaml
+
     from trl_entropy.cli import main
 
     monkeypatch.setenv("TRL_ENTROPY_CACHE", os.path.dirname(os.path.dirname(folder)))  # no second conversion
-    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "smollm2.yaml")
+    recipe = os.path.join(RECIPES, name)
+    control = yaml.safe_load(open(recipe))["entropy_control"]
     out = tmp_path / "run"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -132,10 +149,11 @@ def test_the_smollm2_recipe_trains_through_the_cli(folder, tmp_path, monkeypatch
                    "--steps_per_generation", "2", "--output_dir", str(out), "--entropy_plots", "false"])
     assert rc == 0
     card = (out / "README.md").read_text()
-    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "entrocraft" in card
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and control in card
     assert (out / "model.safetensors").exists()
 
 
+@needs_model
 def test_two_grpo_steps_with_the_feedback_entropy_bonus(folder, tmp_path, monkeypatch):
     """The recommended control on the real LLM: a target relative to the model's own entropy, resolved on the first
     batch and refused above log(49152); the coefficient TRL applies is the control's."""

@@ -59,7 +59,7 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
 # those of trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings).
 DEMO_METHODS = ("grpo", "entropy_bonus", "trl_adaptive", "adaptive_clip", "entrocraft", "positive_reweight",
                 "w_reinforce", "clip_cov", "kl_cov", "entropic")
-DEMO_DEFAULT_METHOD = "adaptive_clip"
+DEMO_DEFAULT_METHOD = "entropy_bonus"
 DEMO_TESTBEDS = ("tiny", "smollm2", "smollm2_hard", "smollm2_mixed")  # trl_entropy.testbeds.TESTBEDS
 
 

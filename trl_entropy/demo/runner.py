@@ -78,7 +78,7 @@ METHODS: dict[str, tuple[bool, dict, str]] = {
     "kl_cov": (True, {"entropy_control": "kl_cov"}, "KL-Cov, KL-penalise high-covariance tokens (Cui et al.)"),
     "entropic": (True, {"entropy_control": "entropic"}, "EntroPIC, PI-controlled high-probability token weights"),
 }
-DEFAULT_METHOD = "adaptive_clip"
+DEFAULT_METHOD = "entropy_bonus"  # the recommended control (docs: choosing)
 
 
 class _Progress(TrainerCallback):
