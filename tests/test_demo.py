@@ -81,3 +81,12 @@ def test_demo_pictures_show_a_single_step_as_points_on_whole_step_ticks():
     ax = pass_at_k_figure({"grpo": {1: 0.2, 2: 0.3, 4: 0.4, 8: 0.5}}).axes[0]
     assert list(ax.get_xticks()) == [1, 2, 4, 8]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
+
+
+def test_table_compares_step_time_only_with_the_baseline_present():
+    row = {"method": "entropy_bonus", "final_reward": 0.5, "heldout_accuracy": 0.6, "final_entropy": 0.4,
+           "tracking_error": 0.05, "median_step_time": 0.03}
+    alone = runner.format_table([row]).splitlines()[2]
+    assert "nan" not in alone and alone.rstrip().endswith("–")
+    both = runner.format_table([dict(row, method="grpo", median_step_time=0.02), row]).splitlines()
+    assert both[2].rstrip().endswith("1.00x") and both[3].rstrip().endswith("1.50x")

@@ -328,10 +328,11 @@ def format_table(results: list[dict], baseline: str = "grpo") -> str:
               f"{'step ms*':>8} {'vs ' + baseline + '*':>8}")
     lines = [header, "-" * len(header)]
     for r in results:
-        ratio = r["median_step_time"] / base_time if base_time else float("nan")
+        # without the baseline among the runs (e.g. one method) there is nothing to compare with: a dash, not "nanx"
+        ratio = f"{r['median_step_time'] / base_time:>7.2f}x" if base_time else f"{'–':>8}"
         lines.append(
             f"{r['method']:<22} {r['final_reward']:>12.3f} {r['heldout_accuracy']:>12.3f} {r['final_entropy']:>8.3f} "
-            f"{100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio:>7.2f}x"
+            f"{100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio}"
         )
     return "\n".join(lines + [textwrap.fill("* " + STEP_TIME_NOTE, width=len(header), subsequent_indent="  ")])
 
