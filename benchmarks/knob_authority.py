@@ -83,9 +83,11 @@ def main(argv=None) -> None:
     cache = load_results(a.results)
 
     rows: dict[str, list] = {name: [] for name in runs}
+    runs_of: dict[str, list] = {name: [] for name in runs}
     for seed in seeds:  # seed-major: one seed of every run first, so a partial benchmark already compares them all
         for name, spec in runs.items():
             r = cached_run(cache, a.results, testbed=a.testbed, label=name, seed=seed, steps=steps, spec=spec)
+            runs_of[name].append(r)
             h = r["measured"]
             ma = moving_average(h)
             h0 = window_mean(h, 5)
@@ -112,6 +114,42 @@ def main(argv=None) -> None:
         zero = [100 * r[5] for r in rs if r[5] is not None]
         print(f"| {name} | " + " | ".join(cells) + f" | {mean_sd([r[1] for r in rs])} | {mean_sd([r[2] for r in rs])}"
               f" | {half_txt} | {mean_sd(clip, 2) + '%' if clip else '–'} | {mean_sd(zero, 0) + '%' if zero else '–'} |")
+    fits = {name: two_sided_authority(runs_of[name]) for name in runs}
+    fits = {name: fit for name, fit in fits.items() if fit is not None}
+    if fits:
+        print("\nPer generation batch: change of mean log-entropy from the batch before to the batch after, per unit of "
+              "the batch's share of groups with both advantage signs (1 - frac_reward_zero_std; the level before as "
+              "a second regressor), all seeds pooled:")
+        for name, (slope, se, n) in fits.items():
+            print(f"  {name}: {slope:+.2f} ± {se:.2f} ({n} batches)")
+
+
+def two_sided_authority(runs: list[dict], batch_steps: int = 4) -> tuple[float, float, int] | None:
+    """How a run's entropy change depends on the share of its groups that hold both advantage signs (the only
+    groups an advantage-sign knob can act on): per generation batch ``k``, the change of the mean log-entropy from
+    batch ``k-1`` to batch ``k+1`` regressed on batch ``k``'s two-sided share ``1 - frac_reward_zero_std`` and on
+    batch ``k-1``'s level (mean reversion), pooled over ``runs``. Neither reading is taken on batch ``k``'s own
+    completions, whose sampled answers also set its share. Returns (slope, its standard error, batches), or None
+    without enough logged batches."""
+    import numpy as np
+
+    data = []
+    for r in runs:
+        shares = r.get("frac_reward_zero_std") or []
+        h = np.log(np.maximum(np.asarray(r["measured"], dtype=float), 1e-3))
+        levels = [h[i:i + batch_steps].mean() for i in range(0, len(h) - batch_steps + 1, batch_steps)]
+        for k in range(1, len(levels) - 1):
+            share = shares[k * batch_steps] if k * batch_steps < len(shares) else None
+            if share is not None and all(np.isfinite([levels[k - 1], levels[k + 1]])):
+                data.append((levels[k + 1] - levels[k - 1], 1.0 - share, levels[k - 1]))
+    if len(data) < 5:
+        return None
+    d = np.asarray(data)
+    x = np.c_[np.ones(len(d)), d[:, 1], d[:, 2]]
+    coef, *_ = np.linalg.lstsq(x, d[:, 0], rcond=None)
+    resid = d[:, 0] - x @ coef
+    cov = resid @ resid / (len(d) - 3) * np.linalg.pinv(x.T @ x)
+    return float(coef[1]), float(np.sqrt(cov[1, 1])), len(d)
 
 
 def _run_mean(values):

@@ -4,6 +4,7 @@ They are measurement tools, not timed tests: this only checks that they work as 
 """
 
 import json
+import math
 import os
 import sys
 
@@ -320,3 +321,23 @@ def test_frontier_scores_each_label_on_every_asked_seed_and_pairs_it_with_trl(tm
     frontier.main(["--results", str(path), "--seeds", "0,1", "--png", str(tmp_path / "f.png"), "--goal", "hold=10"])
     out = capsys.readouterr().out
     assert "| hold | `entropy_bonus` | " in out and "+0.030 ± 0.010" in out and (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_two_sided_authority_recovers_the_slope_on_the_two_sided_share():
+    """Entropy that moves, per generation batch, by 0.5 x the batch's two-sided share (plus a level pull) gives a
+    slope of 0.5; a run without the share logged gives nothing."""
+    import random
+
+    rng = random.Random(0)
+    runs = []
+    for _ in range(3):
+        log_h, measured, shares = 0.0, [], []
+        for _batch in range(25):
+            share = rng.uniform(0.0, 0.6)
+            measured += [math.exp(log_h)] * 4
+            shares += [1.0 - share, None, None, None]
+            log_h += 0.5 * share - 0.1 * log_h - 0.15 + rng.gauss(0, 0.01)
+        runs.append({"measured": measured, "frac_reward_zero_std": shares})
+    slope, se, n = knob_authority.two_sided_authority(runs)
+    assert abs(slope - 0.5) < 3 * se + 0.05 and se < 0.1 and n == 3 * 23
+    assert knob_authority.two_sided_authority([{"measured": [1.0] * 100}]) is None
