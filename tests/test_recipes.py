@@ -74,3 +74,14 @@ def test_boxed_accuracy():
     with pytest.raises(ValueError, match="unknown"):
         get_reward_function("nope")
     assert math.isfinite(get_reward_function("testbed")(["46"], answer=["46"])[0])
+
+
+def test_the_tracking_first_recipe_differs_from_the_recommended_one_only_in_its_penalty_bound():
+    import yaml
+
+    def load(name):
+        return yaml.safe_load(open(os.path.join(ROOT, "recipes", name)))
+
+    base, tight = load("entropy_bonus_smollm2_wsd.yaml"), load("entropy_bonus_smollm2_wsd_tight.yaml")
+    assert tight.pop("entropy_bonus_min") == -0.5 and "entropy_bonus_min" not in base
+    assert {k for k in base if base[k] != tight.get(k)} == {"output_dir"} and set(tight) == set(base)
