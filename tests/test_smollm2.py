@@ -126,8 +126,9 @@ SMOLLM2_RECIPES = sorted(name for name in os.listdir(RECIPES) if name.endswith("
 
 
 def test_the_offline_smollm2_recipes_are_the_ones_found():
-    assert {"smollm2.yaml", "entropy_bonus_smollm2_wsd.yaml", "entropy_bonus_smollm2_wsd_tight.yaml",
-            "entrocraft_assist_smollm2_wsd.yaml", "trl_adaptive_smollm2_wsd.yaml"} <= set(SMOLLM2_RECIPES), SMOLLM2_RECIPES
+    expected = {"smollm2.yaml", "entropy_bonus_smollm2_wsd.yaml", "entropy_bonus_smollm2_wsd_tight.yaml",
+                "entrocraft_assist_smollm2_wsd.yaml", "trl_adaptive_smollm2_wsd.yaml"}
+    assert expected <= set(SMOLLM2_RECIPES), SMOLLM2_RECIPES
 
 
 @needs_model
