@@ -117,9 +117,9 @@ def main(argv=None) -> None:
     fits = {name: two_sided_authority(runs_of[name]) for name in runs}
     fits = {name: fit for name, fit in fits.items() if fit is not None}
     if fits:
-        print("\nPer generation batch: change of mean log-entropy from the batch before to the batch after, per unit of "
-              "the batch's share of groups with both advantage signs (1 - frac_reward_zero_std; the level before as "
-              "a second regressor), all seeds pooled:")
+        print("\nPer generation batch: change of mean log-entropy from the batch before to the batch after, per "
+              "unit of the batch's share of groups with both advantage signs (1 - frac_reward_zero_std; the level "
+              "before as a second regressor), all seeds pooled:")
         for name, (slope, se, n) in fits.items():
             print(f"  {name}: {slope:+.2f} ± {se:.2f} ({n} batches)")
 
