@@ -172,6 +172,31 @@ def test_some_unscorable_completions_warn_with_the_function_and_nan(tmp_path, ca
     assert trainer.state.global_step == 2 and not _trl_messages(caplog)
 
 
+def _constant(prompts, completions, **kwargs):
+    return [0.0] * len(completions)  # a reward that never matches: every group flat
+
+
+def test_batches_without_any_reward_spread_warn_once_that_only_the_entropy_term_trains(tmp_path):
+    """A reward that scores every completion alike (e.g. one that never parses the completions) leaves no policy
+    gradient: after three such generation batches in a row the run warns, once, and says the entropy control's own
+    term is the only update; a reward with spread never warns."""
+    args = tiny_args(tmp_path, max_steps=5, entropy_control="entropy_bonus", entropy_schedule="constant",
+                     entropy_schedule_start=1.0)
+    trainer = make(args, reward=_constant)
+    with pytest.warns(RuntimeWarning) as record:
+        trainer.train()
+    flat = [str(w.message) for w in record if "got the same reward" in str(w.message)]
+    assert len(flat) == 1 and flat[0].startswith("Step 2: in 3 generation batches in a row every group of 4")
+    assert "(group rewards: 0.0)" in flat[0] and "entropy_control='entropy_bonus'" in flat[0]
+    assert trainer.state.global_step == 5
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make(tiny_args(tmp_path / "spread", max_steps=4)).train()
+    assert not [w for w in caught if "got the same reward" in str(w.message)]
+
+
 # ---------------------------------------------------------------------------------------------- configs
 def test_a_control_that_ignores_the_target_logs_it_for_reference_without_a_tracking_error(tmp_path):
     with pytest.warns(UserWarning, match="does not follow a target entropy"):

@@ -278,6 +278,7 @@ class FaultHandlingMixin:
         self._ec_nonfinite_advantages = 0
         self._ec_reward_faults: dict[str, tuple[int, int, int]] = {}  # this batch: name -> (#NaN, #inf, #None)
         self._ec_unscorable_streak = 0  # consecutive training generation batches with no reward at all
+        self._ec_flat_streak = 0  # consecutive training generation batches in which every group's reward is constant
         self._ec_unscorable_batches = 0
         self._ec_pushes: list[tuple[str, list]] = []  # (checkpoint folder, its upload futures), not yet reported
         self.reward_funcs = [
@@ -318,7 +319,46 @@ class FaultHandlingMixin:
         with _without_trl_all_none_warning():  # it says "returned None" for NaN too; the check below says which
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._check_unscorable(rewards_per_func)
+        self._check_reward_spread(rewards_per_func)
         return rewards_per_func
+
+    FLAT_BATCHES_WARN = 3  # consecutive generation batches without any reward spread before the warning
+
+    def _check_reward_spread(self, rewards_per_func: torch.Tensor) -> None:
+        """Warn when, for `FLAT_BATCHES_WARN` training generation batches in a row, every group of `num_generations`
+        completions got one and the same reward: every advantage is then 0 and the policy gradient vanishes, so an
+        entropy control's own term is the only update (a reward function that never matches the completions' format
+        looks exactly like this). Warns once per such streak; `rewards_per_func` is global, so every process agrees."""
+        if not self.model.training:
+            return
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: no part of the spread (as TRL)
+        n = self.num_generations
+        if n < 2 or rewards.numel() % n:
+            return
+        groups = rewards.view(-1, n)
+        missing = torch.isnan(groups)
+        spread = groups.masked_fill(missing, -math.inf).amax(dim=1) - groups.masked_fill(missing, math.inf).amin(dim=1)
+        if bool((spread > 1e-6).any()):  # a group with two different rewards (an all-unscorable one counts as flat)
+            self._ec_flat_streak = 0
+            return
+        self._ec_flat_streak += 1
+        if self._ec_flat_streak != self.FLAT_BATCHES_WARN:
+            return
+        values = sorted({round(float(v), 4) for v in groups.nan_to_num(0.0)[:, 0].tolist()})
+        shown = ", ".join(str(v) for v in values[:5]) + (", ..." if len(values) > 5 else "")
+        control = getattr(self.args, "entropy_control", "none")
+        only = ("" if control == "none" else
+                f" With entropy_control={control!r} the entropy control's own term is then the only update.")
+        warnings.warn(
+            f"Step {self.state.global_step}: in {self._ec_flat_streak} generation batches in a row every group of "
+            f"{n} completions got the same reward (group rewards: {shown}), so every advantage is 0 and there is no "
+            f"policy gradient.{only} Check that the reward function can score these completions (their format, "
+            "the answer column it reads), or whether the task is already solved or out of reach for this model.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _check_unscorable(self, rewards_per_func: torch.Tensor) -> None:
         """Warn about completions no reward function scored; stop after `max_unscorable_batches` consecutive training
