@@ -935,10 +935,15 @@ def _optimizer_momentum(args) -> float:
     return float(getattr(args, "adam_beta1", 0.9))
 
 
-def _set_coefficient(trainer, value: float) -> None:
+def _set_coefficient(trainer, value: float, scope: str = "all") -> None:
+    """Apply the coefficient ``value`` from the next micro-batch on. A penalty (``value < 0``) with a ``scope`` other
+    than ``"all"`` goes to the trainer's scoped term (``GRPOEntropyTrainer.entropy_penalty``, on the tokens of
+    ``penalty_token_mask``) and TRL's own coefficient is 0; anything else is TRL's ``- value * H``."""
     from ._trl_private import set_entropy_coefficient
 
-    set_entropy_coefficient(trainer, value)
+    scoped = scope != "all" and value < 0
+    set_entropy_coefficient(trainer, 0.0 if scoped else value)
+    trainer.entropy_penalty = (float(value), scope) if scoped else None
 
 
 @register_control("entropy_bonus")
@@ -978,7 +983,7 @@ class EntropyBonusControl(ControllerControl):
         self.controller = _bonus_controller(args, initial=float(args.entropy_coef))
 
     def apply(self, trainer) -> None:
-        _set_coefficient(trainer, self.controller.value)
+        _set_coefficient(trainer, self.controller.value, getattr(self.args, "entropy_bonus_penalty_scope", "all"))
 
     def note_step_reading(self, reading):
         self.controller.note_step_reading(reading)
@@ -1098,11 +1103,12 @@ class AssistedControl:
     HANDBACK_BLEED = 0.95
     HANDBACK_LEVEL = 0.02
     HANDBACK_QUIET = 0.2
-    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers", "called_for", "idle")
+    _own = ("inner", "bonus", "scope", "monitor", "recovered", "active", "window", "handovers", "called_for", "idle")
 
     def __init__(self, inner: EntropyControl, args):
         self.inner = inner
         self.bonus = _bonus_controller(args)
+        self.scope = getattr(args, "entropy_bonus_penalty_scope", "all")
         self.window = int(args.entropy_bonus_assist_window)
         self.monitor = SaturationMonitor(self.window)
         self.recovered = 0
@@ -1122,7 +1128,7 @@ class AssistedControl:
 
     def apply(self, trainer) -> None:
         self.inner.apply(trainer)
-        _set_coefficient(trainer, self.bonus.value)
+        _set_coefficient(trainer, self.bonus.value, self.scope)
 
     uses_pull_sums = True  # the assist's bonus gets the pull's estimate too
 

@@ -14,6 +14,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from ..scheduling.controllers import EntropyBonusController
+from ..losses.policy_loss import PENALTY_SCOPES
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 
 __all__ = [
@@ -268,6 +269,12 @@ class GRPOEntropyConfig(GRPOConfig):
             (on SmolLM2 the bound -0.5 tracked a little closer and trained less accurate policies).
         entropy_bonus_max (`float`, *optional*, defaults to `0.5`):
             Upper bound of the coefficient; >= 0.
+        entropy_bonus_penalty_scope (`str`, *optional*, defaults to `"all"`):
+            Which tokens a negative coefficient (a penalty) acts on: `"all"`, every loss token (TRL's own term,
+            `- c * H`), or `"positive_advantage"`, only the tokens of rollouts with a positive advantage (the mean
+            entropy over those tokens, added by this package's trainer to TRL's loss; TRL's own coefficient is then
+            0). A penalty over every token sharpens wrong answers as well as right ones; restricted, it sharpens what
+            beat its group. A positive coefficient (a bonus) always acts on every token.
         entropy_bonus_bound_limit (`float`, *optional*, defaults to `1.0`):
             The most either bound may grow to: when the coefficient has sat at a bound with the error pushing further
             for `entropy_bonus_bound_patience` steps, that bound grows by 1.5x (the knob's scale, learned online).
@@ -543,6 +550,13 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_max: float = field(
         default=0.5,
         metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0."},
+    )
+    entropy_bonus_penalty_scope: str = field(
+        default="all",
+        metadata={"help": "Entropy bonus: which tokens a negative coefficient (a penalty) acts on: 'all' (every loss "
+                  "token, TRL's term) or 'positive_advantage' (only tokens of rollouts with a positive advantage). "
+                  "A positive coefficient acts on every token.",
+                  "choices": list(PENALTY_SCOPES)},
     )
     entropy_bonus_bound_limit: float = field(
         default=1.0,
@@ -1095,6 +1109,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
         self._validate_choice("entropy_bonus_integral_error", EntropyBonusController.INTEGRAL_ERRORS)
         self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
+        self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
