@@ -197,6 +197,48 @@ def test_batches_without_any_reward_spread_warn_once_that_only_the_entropy_term_
     assert not [w for w in caught if "got the same reward" in str(w.message)]
 
 
+def test_policy_signal_follows_trls_aggregation_by_hand():
+    """Two functions, groups of 2: f2 = -2 * f1 with weights (2, 1). Summed first they cancel (no signal);
+    normalised first they do not (2 z - z = z). f and -f with equal weights cancel either way (z - z = 0); f and
+    -2 f with equal weights differ in the sum."""
+    from trl_entropy.trainers.faults import _has_policy_signal
+
+    f1 = torch.tensor([1.0, 0.0, 2.0, 2.0])
+    rewards = torch.stack([f1, -2 * f1], dim=1)
+    assert not _has_policy_signal(rewards, torch.tensor([2.0, 1.0]), 2, "sum_then_normalize")
+    assert _has_policy_signal(rewards, torch.tensor([2.0, 1.0]), 2, "normalize_then_sum")
+    assert _has_policy_signal(rewards, torch.tensor([1.0, 1.0]), 2, "sum_then_normalize")
+    opposite = torch.stack([f1, -f1], dim=1)
+    for aggregation in ("sum_then_normalize", "normalize_then_sum"):
+        assert not _has_policy_signal(opposite, torch.tensor([1.0, 1.0]), 2, aggregation)
+    flat = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, float("nan")], [0.0, 3.0]])  # NaN: that function gave none
+    assert not _has_policy_signal(flat, torch.tensor([1.0, 1.0]), 2, "normalize_then_sum")
+    assert not _has_policy_signal(flat, torch.tensor([1.0, 0.0]), 2, "sum_then_normalize")
+    assert _has_policy_signal(flat, torch.tensor([0.0, 1.0]), 2, "sum_then_normalize")
+
+
+def _ones(prompts, completions, **kwargs):
+    return [float(c.count("1")) for c in completions]
+
+
+def _minus_two_ones(prompts, completions, **kwargs):
+    return [-2.0 * c.count("1") for c in completions]
+
+
+@pytest.mark.parametrize("aggregation, warns", [("sum_then_normalize", True), ("normalize_then_sum", False)])
+def test_rewards_that_cancel_in_the_sum_warn_only_where_trl_sums_first(tmp_path, aggregation, warns):
+    """Weights (2, 1) on f and -2 f: TRL's summed reward is 0 everywhere (no gradient: warn), while normalising each
+    function first leaves f's normalised reward (a gradient: no warning)."""
+    import warnings
+
+    args = tiny_args(tmp_path, max_steps=4, reward_weights=[2.0, 1.0], multi_objective_aggregation=aggregation)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make(args, reward=[_ones, _minus_two_ones]).train()
+    flat = [str(w.message) for w in caught if "so every advantage is 0" in str(w.message)]
+    assert len(flat) == (1 if warns else 0), flat
+
+
 # ---------------------------------------------------------------------------------------------- configs
 def test_a_control_that_ignores_the_target_logs_it_for_reference_without_a_tracking_error(tmp_path):
     with pytest.warns(UserWarning, match="does not follow a target entropy"):

@@ -328,34 +328,38 @@ class FaultHandlingMixin:
         """Warn when, for `FLAT_BATCHES_WARN` training generation batches in a row, every group of `num_generations`
         completions got one and the same reward: every advantage is then 0 and the policy gradient vanishes, so an
         entropy control's own term is the only update (a reward function that never matches the completions' format
-        looks exactly like this). Warns once per such streak; `rewards_per_func` is global, so every process agrees."""
+        looks exactly like this). Under TRL's `multi_objective_aggregation="normalize_then_sum"` the test is TRL's
+        own: the weighted sum of each function's group-normalised rewards (`_has_policy_signal`). Warns once per such
+        streak; `rewards_per_func` is global, so every process agrees."""
         if not self.model.training:
             return
-        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-        rewards = (rewards_per_func * weights).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: no part of the spread (as TRL)
         n = self.num_generations
-        if n < 2 or rewards.numel() % n:
+        if n < 2 or rewards_per_func.size(0) % n:
             return
-        groups = rewards.view(-1, n)
-        missing = torch.isnan(groups)
-        spread = groups.masked_fill(missing, -math.inf).amax(dim=1) - groups.masked_fill(missing, math.inf).amin(dim=1)
-        if bool((spread > 1e-6).any()):  # a group with two different rewards (an all-unscorable one counts as flat)
+        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
+        weights = self.reward_weights.to(rewards_per_func.device)
+        if _has_policy_signal(rewards_per_func, weights, n, aggregation):
             self._ec_flat_streak = 0
             return
         self._ec_flat_streak += 1
         if self._ec_flat_streak != self.FLAT_BATCHES_WARN:
             return
+        groups = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1).view(-1, n)
         values = sorted({round(float(v), 4) for v in groups.nan_to_num(0.0)[:, 0].tolist()})
         shown = ", ".join(str(v) for v in values[:5]) + (", ..." if len(values) > 5 else "")
+        if aggregation == "normalize_then_sum":
+            what = (f"the reward functions, each normalised within its group of {n} completions and weighted, summed "
+                    "to 0 for every completion (each flat in every group, or cancelling)")
+        else:
+            what = f"every group of {n} completions got the same reward (group rewards: {shown})"
         control = getattr(self.args, "entropy_control", "none")
         only = ("" if control == "none" else
                 f" With entropy_control={control!r} the entropy control's own term is then the only update.")
         warnings.warn(
-            f"Step {self.state.global_step}: in {self._ec_flat_streak} generation batches in a row every group of "
-            f"{n} completions got the same reward (group rewards: {shown}), so every advantage is 0 and there is no "
-            f"policy gradient.{only} Check that the reward function can score these completions (their format, "
-            "the answer column it reads), or whether the task is already solved or out of reach for this model.",
+            f"Step {self.state.global_step}: in {self._ec_flat_streak} generation batches in a row {what}, so every "
+            f"advantage is 0 and there is no policy gradient.{only} Check that the reward function can score these "
+            "completions (their format, the answer column it reads), or whether the task is already solved or out "
+            "of reach for this model.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -519,3 +523,34 @@ class FaultHandlingMixin:
             UserWarning,
             stacklevel=2,
         )
+
+
+def _spread(values: torch.Tensor) -> torch.Tensor:
+    """Per row, the largest minus the smallest non-NaN value (-inf for a row of NaN only)."""
+    missing = torch.isnan(values)
+    return values.masked_fill(missing, -math.inf).amax(dim=-1) - values.masked_fill(missing, math.inf).amin(dim=-1)
+
+
+def _has_policy_signal(rewards_per_func: torch.Tensor, weights: torch.Tensor, n: int, aggregation: str) -> bool:
+    """Whether TRL's advantages for this reward matrix (rows: completions, groups of ``n`` in a row; columns: reward
+    functions, NaN where one gave no reward) can be non-zero, for its ``multi_objective_aggregation``:
+
+    * ``"sum_then_normalize"``: the weighted sum (NaN for a completion no function scored) differs within some group;
+    * ``"normalize_then_sum"``: each function is normalised within its group first, so the weighted sum of those
+      normalised rewards must differ from 0 somewhere (two functions that vary but cancel in the raw sum still carry a
+      signal here, and two that cancel after normalisation carry none).
+    """
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if aggregation == "normalize_then_sum":
+        grouped = rewards_per_func.view(-1, n, rewards_per_func.size(1))
+        count = (~torch.isnan(grouped)).sum(dim=1, keepdim=True).clamp(min=1)
+        mean = torch.nanmean(grouped, dim=1, keepdim=True)
+        std = ((grouped - mean).pow(2).nansum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+        normalised = ((grouped - mean) / (std + 1e-4)).view(-1, rewards_per_func.size(1))
+        combined = (normalised * weights.unsqueeze(0)).nansum(dim=1)
+        combined = combined[~unscorable]
+        return bool((combined.abs() > 1e-6).any())
+    combined = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    combined[unscorable] = torch.nan  # an unscorable completion is no part of the spread (as TRL)
+    return bool((_spread(combined.view(-1, n)) > 1e-6).any())
+
