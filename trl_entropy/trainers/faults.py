@@ -553,4 +553,3 @@ def _has_policy_signal(rewards_per_func: torch.Tensor, weights: torch.Tensor, n:
     combined = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
     combined[unscorable] = torch.nan  # an unscorable completion is no part of the spread (as TRL)
     return bool((_spread(combined.view(-1, n)) > 1e-6).any())
-

@@ -13,8 +13,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from ..scheduling.controllers import EntropyBonusController
 from ..losses.policy_loss import PENALTY_SCOPES
+from ..scheduling.controllers import EntropyBonusController
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 
 __all__ = [
