@@ -344,13 +344,13 @@ class FaultHandlingMixin:
         self._ec_flat_streak += 1
         if self._ec_flat_streak != self.FLAT_BATCHES_WARN:
             return
-        groups = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1).view(-1, n)
-        values = sorted({round(float(v), 4) for v in groups.nan_to_num(0.0)[:, 0].tolist()})
-        shown = ", ".join(str(v) for v in values[:5]) + (", ..." if len(values) > 5 else "")
         if aggregation == "normalize_then_sum":
             what = (f"the reward functions, each normalised within its group of {n} completions and weighted, summed "
                     "to 0 for every completion (each flat in every group, or cancelling)")
         else:
+            groups = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1).view(-1, n)
+            values = sorted({round(float(v), 4) for v in groups.nan_to_num(0.0)[:, 0].tolist()})
+            shown = ", ".join(str(v) for v in values[:5]) + (", ..." if len(values) > 5 else "")
             what = f"every group of {n} completions got the same reward (group rewards: {shown})"
         control = getattr(self.args, "entropy_control", "none")
         only = ("" if control == "none" else

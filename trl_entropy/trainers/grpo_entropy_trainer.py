@@ -706,7 +706,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         from the entropies of the loss forward that just ran, with their gradient: TRL's own bonus term on the tokens
         of ``penalty_token_mask`` (the same mean and gradient-accumulation scaling, without TRL's
         ``top_entropy_quantile`` mask). A micro-batch with no such token adds 0."""
-        entropies, self._ec_grad_entropies = self._ec_grad_entropies, None
+        entropies = self._ec_grad_entropies  # cleared by _compute_loss once the loss is built
         if entropies is None:
             raise RuntimeError("the scoped entropy penalty found no entropies from TRL's loss forward.")
         value, scope = self.entropy_penalty
