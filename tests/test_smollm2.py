@@ -88,6 +88,26 @@ def test_loader_converts_once_and_loads_a_real_llm(folder):
 
 
 @needs_model
+def test_a_tokenizer_read_without_a_padding_token_pads_with_eos(folder, monkeypatch):
+    """transformers before 5.24 reads no padding token from this GGUF file (seen with 5.17 on a GPU machine: the
+    policy evaluation's padded batch raised); the loader then pads with the end-of-sequence token."""
+    import transformers
+
+    load = transformers.AutoTokenizer.from_pretrained
+
+    def without_pad(*args, **kwargs):
+        tok = load(*args, **kwargs)
+        tok.pad_token = None
+        return tok
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", without_pad)
+    _, tokenizer = gguf.smollm2(cache_dir=os.path.dirname(folder), progress=False)
+    assert tokenizer.pad_token == tokenizer.eos_token and tokenizer.pad_token_id is not None
+    batch = tokenizer(["1+1=", "12+30="], return_tensors="pt", padding=True)
+    assert batch["input_ids"].shape[0] == 2 and tokenizer.padding_side == "left"
+
+
+@needs_model
 def test_two_grpo_steps_with_a_target_following_control(folder, tmp_path, monkeypatch):
     from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
     from trl_entropy.testbeds import get_testbed

@@ -126,6 +126,8 @@ def smollm2(cache_dir: str | None = None, gguf_path: str | None = None, stop_at_
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:  # transformers < 5.24 reads no padding token from this GGUF file
+        tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     if stop_at_newline:
         newline = tokenizer.encode("\n", add_special_tokens=False)
