@@ -76,12 +76,14 @@ def test_boxed_accuracy():
     assert math.isfinite(get_reward_function("testbed")(["46"], answer=["46"])[0])
 
 
-def test_the_tracking_first_recipe_differs_from_the_recommended_one_only_in_its_penalty_bound():
+def test_the_tracking_first_recipe_differs_from_the_recommended_one_only_in_its_law():
+    """The penalty bound -0.5 and the level's integral at ki 0.03 (docs/choosing.md, the tracking-first setting)."""
     import yaml
 
     def load(name):
         return yaml.safe_load(open(os.path.join(ROOT, "recipes", name)))
 
     base, tight = load("entropy_bonus_smollm2_wsd.yaml"), load("entropy_bonus_smollm2_wsd_tight.yaml")
-    assert tight.pop("entropy_bonus_min") == -0.5 and "entropy_bonus_min" not in base
+    law = {"entropy_bonus_min": -0.5, "entropy_bonus_integral_error": "level", "entropy_bonus_ki": 0.03}
+    assert {k: tight.pop(k) for k in law} == law and not set(law) & set(base)
     assert {k for k in base if base[k] != tight.get(k)} == {"output_dir"} and set(tight) == set(base)
