@@ -89,8 +89,8 @@ def test_loader_converts_once_and_loads_a_real_llm(folder):
 
 @needs_model
 def test_a_tokenizer_read_without_a_padding_token_pads_with_eos(folder, monkeypatch):
-    """transformers before 5.24 reads no padding token from this GGUF file (seen with 5.17 on a GPU machine: the
-    policy evaluation's padded batch raised); the loader then pads with the end-of-sequence token."""
+    """transformers 5.17 reads no padding token from this GGUF file (seen on a GPU machine: the policy evaluation's
+    padded batch raised); the loader then pads with the end-of-sequence token, the one 5.24 reads (<|im_end|>)."""
     import transformers
 
     load = transformers.AutoTokenizer.from_pretrained

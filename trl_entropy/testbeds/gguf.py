@@ -126,7 +126,7 @@ def smollm2(cache_dir: str | None = None, gguf_path: str | None = None, stop_at_
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:  # transformers < 5.24 reads no padding token from this GGUF file
+    if tokenizer.pad_token is None:  # transformers 5.17 reads none from this file; 5.24 reads the eos, <|im_end|>
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     if stop_at_newline:
