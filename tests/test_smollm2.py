@@ -88,23 +88,33 @@ def test_loader_converts_once_and_loads_a_real_llm(folder):
 
 
 @needs_model
-def test_a_tokenizer_read_without_a_padding_token_pads_with_eos(folder, monkeypatch):
-    """transformers 5.17 reads no padding token from this GGUF file (seen on a GPU machine: the policy evaluation's
-    padded batch raised); the loader then pads with the end-of-sequence token, the one 5.24 reads (<|im_end|>)."""
+def test_the_special_tokens_do_not_depend_on_how_a_release_reads_the_file(folder, monkeypatch):
+    """transformers 5.17 reads ``<|im_start|>`` as this file's eos and no padding token (seen on a GPU machine and on
+    the CPU); generation then ran past ``<|im_end|>``. The loader takes the model config's tokens, which are the
+    file's: eos and pad ``<|im_end|>`` (2), bos ``<|im_start|>`` (1), and ends completions at eos or a newline."""
     import transformers
 
     load = transformers.AutoTokenizer.from_pretrained
 
-    def without_pad(*args, **kwargs):
+    def as_517_reads_it(*args, **kwargs):
         tok = load(*args, **kwargs)
+        tok.eos_token = "<|im_start|>"
         tok.pad_token = None
         return tok
 
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", without_pad)
-    _, tokenizer = gguf.smollm2(cache_dir=os.path.dirname(folder), progress=False)
-    assert tokenizer.pad_token == tokenizer.eos_token and tokenizer.pad_token_id is not None
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", as_517_reads_it)
+    model, tokenizer = gguf.smollm2(cache_dir=os.path.dirname(folder), progress=False)
+    assert (tokenizer.eos_token, tokenizer.eos_token_id) == ("<|im_end|>", 2)
+    assert (tokenizer.pad_token, tokenizer.pad_token_id) == ("<|im_end|>", 2)
+    assert (tokenizer.bos_token, tokenizer.bos_token_id) == ("<|im_start|>", 1)
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    assert model.generation_config.eos_token_id == [2, *newline]
     batch = tokenizer(["1+1=", "12+30="], return_tensors="pt", padding=True)
-    assert batch["input_ids"].shape[0] == 2 and tokenizer.padding_side == "left"
+    assert batch["input_ids"][0, 0].item() == 2 and tokenizer.padding_side == "left"
+    # the conversion writes the same tokens into the folder, for users who load it without this loader
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", load)
+    saved = transformers.AutoTokenizer.from_pretrained(folder)
+    assert (saved.eos_token, saved.pad_token) == ("<|im_end|>", "<|im_end|>")
 
 
 @needs_model

