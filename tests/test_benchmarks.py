@@ -341,3 +341,25 @@ def test_two_sided_authority_recovers_the_slope_on_the_two_sided_share():
     slope, se, n = knob_authority.two_sided_authority(runs)
     assert abs(slope - 0.5) < 3 * se + 0.05 and se < 0.1 and n == 3 * 23
     assert knob_authority.two_sided_authority([{"measured": [1.0] * 100}]) is None
+
+
+def test_late_policy_evaluates_mid_run_without_changing_the_run(tmp_path, capsys):
+    import late_policy
+
+    tracking_results = tmp_path / "tracking.jsonl"
+    tracking.main(["--testbed", "tiny", "--steps", "6", "--targets", "constant", "--methods", "entropy_bonus",
+                   "--h0", "0.8", "--results", str(tracking_results), "--final_eval"])
+    results = tmp_path / "late.jsonl"
+    argv = ["--testbed", "tiny", "--steps", "6", "--targets", "constant", "--h0", "0.8", "--eval_at", "3,6",
+            "--results", str(results), "--tracking_results", str(tracking_results), "--output_dir", str(tmp_path)]
+    late_policy.main(argv)
+    out = capsys.readouterr().out
+    run = json.loads(results.read_text().splitlines()[0])
+    tracked = [r for r in map(json.loads, tracking_results.read_text().splitlines()) if "final_eval" in r
+               and r["label"] != "start/eval"][0]
+    assert run["measured"] == tracked["measured"]  # evaluating mid-run leaves the training as it was
+    assert sorted(run["step_evals"], key=int) == ["3", "6"]
+    assert run["step_evals"]["6"] == tracked["final_eval"]  # the last step's evaluation is --final_eval's
+    assert "largest difference 0.0e+00" in out and "step   3: train sampled" in out
+    late_policy.main(argv)  # served from the cache: nothing trained, nothing appended
+    assert len(results.read_text().splitlines()) == 1

@@ -124,14 +124,31 @@ def _mean_relative_error(measured, target, skip_fraction=0.1):
     return sum(abs(m - t) / t for m, t in pairs) / len(pairs)
 
 
+class _PolicyEvaluations(TrainerCallback):
+    """:func:`policy_evaluation` of the policy at the end of each optimizer step in ``steps`` (the policy a run
+    stopped there would publish). The evaluation restores the global RNG state and the model's mode, so the
+    training run is the same with or without it."""
+
+    def __init__(self, steps, tb, tokenizer, max_new_tokens, seed: int):
+        self.steps, self.tb, self.tokenizer = set(steps), tb, tokenizer
+        self.max_new_tokens, self.seed, self.results = max_new_tokens, seed, {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step in self.steps and model is not None:
+            self.results[state.global_step] = policy_evaluation(model, self.tokenizer, self.tb, self.max_new_tokens,
+                                                                self.seed)
+
+
 def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems,
-               spec: tuple[bool, dict, str] | None = None, evaluate: bool = True, final_eval: bool = False) -> dict:
+               spec: tuple[bool, dict, str] | None = None, evaluate: bool = True, final_eval: bool = False,
+               eval_at: tuple[int, ...] = ()) -> dict:
     """Train one method on the settings' testbed and return its curves and summary numbers.
 
     ``spec`` = ``(uses GRPOEntropyTrainer, config overrides, description)`` runs a configuration that is not in
     :data:`METHODS` under the label ``name`` (the benchmarks use this); ``evaluate=False`` skips the held-out
     accuracy, pass@k and the model card; ``final_eval=True`` adds :func:`policy_evaluation` of the trained model
-    (key ``final_eval``).
+    (key ``final_eval``); ``eval_at`` evaluates the policy the same way at the end of those optimizer steps (key
+    ``step_evals``, by step).
     """
     from trl import GRPOConfig, GRPOTrainer
 
@@ -190,6 +207,9 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
 
     trainer.remove_callback(PrinterCallback)  # the table and the progress bar say it better than raw log dicts
     trainer.add_callback(_Progress(name, settings.progress))
+    step_evals = _PolicyEvaluations(eval_at, tb, tokenizer, base.get("max_completion_length"), settings.seed)
+    if eval_at:
+        trainer.add_callback(step_evals)
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
@@ -257,6 +277,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "heldout_accuracy": accuracy,
         "pass_at_k": pass_k,
         **({"final_eval": final} if final is not None else {}),
+        **({"step_evals": step_evals.results} if eval_at else {}),
         "tracking_error": _mean_relative_error(measured, target),
         "final_entropy": sum(measured[-tail:]) / tail if measured else float("nan"),
         "median_step_time": statistics.median(step_times) if step_times else float("nan"),
