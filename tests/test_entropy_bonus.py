@@ -146,6 +146,25 @@ def test_initial_entropy_resolves_the_schedule(tmp_path):
     assert logged(trainer, "entropy_control/measured")[0] == pytest.approx(h0, rel=0.05)
 
 
+def test_a_bare_end_beside_a_relative_start_says_it_is_read_in_nats(tmp_path):
+    """start="initial" with end=0.5: the end is 0.5 nats, not half the initial entropy. The run goes on (0.5 nats may
+    be meant), and a warning names the resolved start and how to write a fraction."""
+    args = tiny_args(tmp_path, max_steps=2, entropy_control="entropy_bonus", entropy_schedule="linear",
+                     entropy_schedule_start="initial", entropy_schedule_end=0.5)
+    trainer = make(args)
+    message = r"ends at entropy_schedule_end = 0.5 nats.*write entropy_schedule_end='0.5\*initial'"
+    with pytest.warns(UserWarning, match=message):
+        trainer.train()
+    assert logged(trainer, "entropy_control/target")[-1] == pytest.approx(0.5)
+    for end in ("0.5*initial", 1.5):  # a fraction, written as one; an end above 1, plainly in nats
+        trainer = make(tiny_args(tmp_path, max_steps=1, entropy_control="entropy_bonus", entropy_schedule="linear",
+                                 entropy_schedule_start="initial", entropy_schedule_end=end))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer._warn_if_end_looks_like_a_fraction(2.0)
+        assert not caught
+
+
 def test_a_target_above_log_vocabulary_is_refused_at_construction(tmp_path):
     with pytest.raises(ValueError, match=r"entropy_schedule_start = 3 nats .*log\(vocabulary size\) = 2.639"):
         make(tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=3.0))

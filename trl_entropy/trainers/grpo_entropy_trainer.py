@@ -74,7 +74,7 @@ from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: 
     check_reward_output,
     check_train_dataset,
 )
-from .grpo_entropy_config import GRPOEntropyConfig, parse_entropy_value
+from .grpo_entropy_config import GRPOEntropyConfig, _is_number as _is_a_number, parse_entropy_value
 
 _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
 
@@ -314,6 +314,25 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             anneal_ratio=args.entropy_schedule_anneal_ratio,
         )
 
+    def _warn_if_end_looks_like_a_fraction(self, initial: float) -> None:
+        """A start relative to the initial entropy with a bare end of at most 1 is ambiguous: the end is read in nats,
+        but may have been meant as a fraction. Say what was resolved, and how to write a fraction, once."""
+        args = self.args
+        start, end = args.entropy_schedule_start, args.entropy_schedule_end
+        if not (isinstance(start, str) and _is_a_number(end) and 0.0 < end <= 1.0):
+            return
+        if args.entropy_schedule == "constant":
+            return
+        resolved = _resolve_entropy_value(start, initial)
+        warnings.warn(
+            f"The entropy schedule starts at {resolved:.4f} nats ({start}, measured on the first generation batch) "
+            f"and ends at entropy_schedule_end = {end:g} nats: a bare number is an entropy in nats. If you meant a "
+            f"fraction of the initial entropy, write entropy_schedule_end='{end:g}*initial' ({end * initial:.4f} "
+            "nats here).",
+            UserWarning,
+            stacklevel=2,
+        )
+
     def _check_targets_below_max_entropy(self, initial: float | None = None) -> None:
         """Refuse a target above log(vocabulary size), the largest entropy a token distribution can have."""
         if self.max_entropy is None:
@@ -357,6 +376,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
     def _set_initial_entropy(self, entropy: float) -> None:
         self._check_targets_below_max_entropy(entropy)
         self.initial_entropy = float(entropy)
+        self._warn_if_end_looks_like_a_fraction(self.initial_entropy)
         self.entropy_schedule.resolve(self._build_schedule(self.initial_entropy))
         if self._ec_schedule_callback is not None and self.state.max_steps:
             self._ec_schedule_callback.on_step_begin(self.args, self.state, None)
