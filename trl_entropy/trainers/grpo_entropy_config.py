@@ -222,8 +222,8 @@ class GRPOEntropyConfig(GRPOConfig):
             Target entropy on the last optimizer step, in nats or as a fraction of the initial entropy
             (`"0.5*initial"`; a bare number is always nats, and beside a relative start a bare end of at most 1
             warns once the start is measured, in case a fraction was meant). Required by `"linear"`, `"cosine"`
-            and `"wsd"`; for `"wsd"` it must be <= `entropy_schedule_start` (the anneal goes down). `"constant"` ignores it (with a warning
-            when it differs from the start).
+            and `"wsd"`; for `"wsd"` it must be <= `entropy_schedule_start` (the anneal goes down). `"constant"`
+            ignores it (with a warning when it differs from the start).
         entropy_schedule_warmup_steps (`int`, *optional*, defaults to `0`):
             Optimizer steps during which the target is held at `entropy_schedule_start` before the shape begins.
         entropy_schedule_anneal_ratio (`float`, *optional*, defaults to `0.1`):
