@@ -134,13 +134,16 @@ def require_cuda(what: str) -> None:
 def cached_run(results: dict, path: str | None, *, testbed: str, label: str, seed: int, steps: int, spec,
                target_start: float | None = None, schedule: str = "constant", end_ratio: float = 1.0,
                anneal_ratio: float = 0.3, method: str | None = None, output_dir: str = "/tmp/trl_entropy_bench",
-               cached_only: bool = False, final_eval: bool = False, as_recorded: bool = False):
+               cached_only: bool = False, final_eval: bool = False, as_recorded: bool = False,
+               eval_at: tuple[int, ...] = ()):
     """Train ``spec`` (``(ours, overrides, description)``, or None for the demo method ``method``) once, or return
     the cached result. The result is the demo runner's dict (curves per step), without evaluation. With
     ``cached_only`` a run missing from the cache returns None instead of training. ``final_eval=True`` also
     evaluates the trained policy (``runner.policy_evaluation``, result key ``final_eval``); such runs are cached
     under their own key (the same training, evaluated). ``as_recorded`` serves a cached run whose package defaults
-    have changed since it ran (a reprint of an earlier measurement), naming what changed."""
+    have changed since it ran (a reprint of an earlier measurement), naming what changed. ``eval_at`` also evaluates
+    the policy at the end of those optimizer steps (``runner.run_method``'s key ``step_evals``), under a key of its
+    own."""
     from trl_entropy.demo import runner
 
     settings = runner.DemoSettings(steps=steps, seed=seed, schedule=schedule, target_end_ratio=end_ratio,
@@ -149,7 +152,7 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     # the testbed's settings are part of the key: a change of its defaults (e.g. the learning rate) reruns
     key = run_key(testbed, label, seed, steps,
                   [spec, method, target_start, schedule, end_ratio, anneal_ratio, tb.grpo_config_kwargs()]
-                  + (["final_eval:v1"] if final_eval else []))
+                  + (["final_eval:v1"] if final_eval else []) + ([f"eval_at:{list(eval_at)}"] if eval_at else []))
     defaults = package_defaults()
     if key in results:
         overrides = spec[1] if isinstance(spec, (list, tuple)) and len(spec) > 1 and isinstance(spec[1], dict) else {}
@@ -169,7 +172,7 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     train_ds, _ = tb.datasets(0)
     start = target_start if target_start is not None else 1.0
     r = runner.run_method(method or label, settings, start, train_ds, [], spec=spec, evaluate=False,
-                          final_eval=final_eval)
+                          final_eval=final_eval, eval_at=eval_at)
     r = {k: v for k, v in r.items() if k not in ("pass_at_k",)}
     r.update(key=key, label=label, package_defaults=defaults)
     if path:

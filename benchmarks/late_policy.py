@@ -21,7 +21,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import load_results, run_key  # noqa: E402
+from _runs import cached_run, load_results  # noqa: E402
 from tracking import BASELINES, TARGETS  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -55,23 +55,11 @@ def main(argv=None) -> None:
                 ours, overrides, desc = {**runner.METHODS, **BASELINES}[method]
                 spec = (ours, {**overrides, **extra.get(method, {})}, desc)
                 label = f"{target_name}/{method}{a.label}"
-                settings = runner.DemoSettings(steps=a.steps, seed=seed, schedule=schedule,
-                                               target_end_ratio=end_ratio, anneal_ratio=0.3,
-                                               output_dir=a.output_dir, progress=False, testbed=a.testbed)
-                tb = settings.get_testbed()
-                parts = [spec, method, a.h0 * start_frac, schedule, end_ratio, 0.3, tb.grpo_config_kwargs()]
-                key = run_key(a.testbed, label, seed, a.steps, parts + [f"eval_at:{list(eval_at)}"])
-                r = cache.get(key)
-                if r is None:
-                    train_ds, _ = tb.datasets(0)
-                    r = runner.run_method(method, settings, a.h0 * start_frac, train_ds, [], spec=spec,
-                                          evaluate=False, eval_at=eval_at)
-                    r = {k: v for k, v in r.items() if k != "pass_at_k"}
-                    r.update(key=key, label=label)
-                    with open(a.results, "a") as f:
-                        f.write(json.dumps(r) + "\n")
-                    cache[key] = r
-                same = tracking.get(run_key(a.testbed, label, seed, a.steps, parts + ["final_eval:v1"]))
+                run = dict(testbed=a.testbed, label=label, seed=seed, steps=a.steps, spec=spec, method=method,
+                           target_start=a.h0 * start_frac, schedule=schedule, end_ratio=end_ratio, anneal_ratio=0.3,
+                           output_dir=a.output_dir)
+                r = cached_run(cache, a.results, eval_at=eval_at, **run)
+                same = cached_run(tracking, None, final_eval=True, cached_only=True, as_recorded=True, **run)
                 check = ""
                 if same is not None:
                     diff = max(abs(x - y) for x, y in zip(r["measured"], same["measured"]))

@@ -207,8 +207,9 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
 
     trainer.remove_callback(PrinterCallback)  # the table and the progress bar say it better than raw log dicts
     trainer.add_callback(_Progress(name, settings.progress))
-    step_evals = _PolicyEvaluations(eval_at, tb, tokenizer, base.get("max_completion_length"), settings.seed)
+    step_evals = None
     if eval_at:
+        step_evals = _PolicyEvaluations(eval_at, tb, tokenizer, base.get("max_completion_length"), settings.seed)
         trainer.add_callback(step_evals)
     t0 = time.perf_counter()
     trainer.train()
@@ -277,7 +278,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "heldout_accuracy": accuracy,
         "pass_at_k": pass_k,
         **({"final_eval": final} if final is not None else {}),
-        **({"step_evals": step_evals.results} if eval_at else {}),
+        **({"step_evals": step_evals.results} if step_evals is not None else {}),
         "tracking_error": _mean_relative_error(measured, target),
         "final_entropy": sum(measured[-tail:]) / tail if measured else float("nan"),
         "median_step_time": statistics.median(step_times) if step_times else float("nan"),

@@ -74,7 +74,7 @@ from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: 
     check_reward_output,
     check_train_dataset,
 )
-from .grpo_entropy_config import GRPOEntropyConfig, _is_number as _is_a_number, parse_entropy_value
+from .grpo_entropy_config import GRPOEntropyConfig, parse_entropy_value
 
 _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
 
@@ -319,7 +319,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         but may have been meant as a fraction. Say what was resolved, and how to write a fraction, once."""
         args = self.args
         start, end = args.entropy_schedule_start, args.entropy_schedule_end
-        if not (isinstance(start, str) and _is_a_number(end) and 0.0 < end <= 1.0):
+        # the config has already turned a number of nats, given as text or not, into a float
+        if not (isinstance(start, str) and isinstance(end, (int, float)) and 0.0 < end <= 1.0):
             return
         if args.entropy_schedule == "constant":
             return
