@@ -331,11 +331,14 @@ def test_the_integral_error_field_reaches_the_controller(tmp_path):
     from trl_entropy.controls import _bonus_controller
 
     args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
-                                           entropy_bonus_integral_error="level", entropy_bonus_ki=0.03))
+                                           entropy_bonus_integral_error="prediction", entropy_bonus_ki=0.015,
+                                           entropy_bonus_compensation_clip="bounds"))
     controller = _bonus_controller(args)
-    assert controller.integral_error == "level" and controller.ki == 0.03
-    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
-        tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0))).integral_error == "prediction"
+    assert (controller.integral_error, controller.ki, controller.compensation_clip) == ("prediction", 0.015, "bounds")
+    default = _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
+        tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0)))
+    # the defaults since 2026-11-27: the level's integral at twice the gain, the symmetric kick
+    assert (default.integral_error, default.ki, default.compensation_clip) == ("level", 0.03, "symmetric")
 
 
 def test_the_target_lookahead_field_reaches_the_controller(tmp_path):

@@ -11,8 +11,9 @@ from trl_entropy.scheduling import EntropyBonusController
 
 def make(**kw):
     base = dict(kp=0.05, ki=0.005, kff=2.0, c_min=-0.1, c_max=0.1, horizon=3.0, level_smoothing=0.3,
-                trend_smoothing=0.2, bound_limit=None, momentum_compensation=0.0)
-    # hand-computed cases: the law's output applied as it is, fixed bounds; closed loops: defaults
+                trend_smoothing=0.2, bound_limit=None, momentum_compensation=0.0, integral_error="prediction")
+    # hand-computed cases: the law's output applied as it is, fixed bounds, the integral summing the law's own error
+    # (the level's integral has its own hand-computed case below); closed loops: defaults
     base.update(kw)
     return EntropyBonusController(**base)
 
@@ -411,7 +412,7 @@ def _swing(clip):
 
 def test_symmetric_compensation_reaches_as_far_down_as_up():
     """With asymmetric bounds the kick that cancels the momentum's lag may go as far down as up with "symmetric":
-    +-2 * max(0.5, 0.1) = +-1. Within twice each bound ("bounds", the default) it stops at -0.2 on the way down while
+    +-2 * max(0.5, 0.1) = +-1 (the default). Within twice each bound ("bounds", the law until 2026-11-27) it stops at -0.2 on the way down while
     it reached above 0.5 on the way up: the average lags on every turn downward only."""
     sym, up_down = _swing("symmetric")
     old, held = _swing("bounds")
@@ -441,7 +442,7 @@ def test_the_optimizers_average_stays_within_the_bounds_whatever_the_kick(clip):
 def test_bad_compensation_clip_is_refused_and_kept_in_the_state():
     with pytest.raises(ValueError, match="entropy_bonus_compensation_clip"):
         EntropyBonusController(compensation_clip="both")
-    assert EntropyBonusController().state_dict()["config"]["compensation_clip"] == "bounds"
+    assert EntropyBonusController().state_dict()["config"]["compensation_clip"] == "symmetric"
 
 
 def test_compensation_state_round_trip_continues_exactly():
@@ -613,7 +614,7 @@ def test_level_integral_does_not_wind_up_against_a_bound():
 def test_integral_error_is_validated_and_kept_in_the_state():
     with pytest.raises(ValueError, match="entropy_bonus_integral_error"):
         EntropyBonusController(integral_error="levels")
-    assert EntropyBonusController().state_dict()["config"]["integral_error"] == "prediction"
+    assert EntropyBonusController().state_dict()["config"]["integral_error"] == "level"
     rng = random.Random(1)
     seq = [(rng.uniform(0.3, 1.8), 1.0) for _ in range(40)]
     a = EntropyBonusController(integral_error="level", ki=0.03)

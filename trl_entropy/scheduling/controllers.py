@@ -392,16 +392,19 @@ class EntropyBonusController:
     5. **Integral with anti-windup**: ``I <- clip(I + ki * e_I, c_min, c_max)``, skipped when the output sits at a
        bound and ``e_I`` asks to go further (conditional integration), so the integral never winds up against a
        bound. ``I`` converges to the coefficient that balances the policy gradient's own pull on entropy. What it
-       integrates (``integral_error``): ``"prediction"`` (the default), the law's error ``e`` above; ``"level"``,
-       the filtered level's own error ``clip((T_next - L) / T_next)``. The prediction's look-ahead is a brake for
-       the proportional term; summed into the integral it also adds ``horizon * ki`` times every change of the
-       level (a hidden proportional term of gain ``horizon * ki`` on the level, and the trend's noise), which is
-       what makes a faster integral swing where the knob is strong. ``"level"`` integrates only the offset itself,
-       and so takes a larger ``ki``: on the simulated plant (``benchmarks/controller_sim.py --plant smollm2``),
-       ``ki=0.03`` with ``"level"`` tracks closer than the defaults at SmolLM2's authority and far closer where the
-       knob is 2-2.5x stronger, where ``ki=0.03`` with ``"prediction"`` swings. On SmolLM2 (three seeds) it
-       shrank the early dip but tracked within noise of the default (11.1% against 11.7% on hold) and trained
-       less accurate policies, so it is off by default (docs: benchmarks, the level's integral).
+       integrates (``integral_error``): ``"level"`` (the default since 2026-11-27), the filtered level's own error
+       ``clip((T_next - L) / T_next)``; ``"prediction"`` (the law until then), the law's error ``e`` above. The
+       prediction's look-ahead is a brake for the proportional term; summed into the integral it also adds
+       ``horizon * ki`` times every change of the level (a hidden proportional term of gain ``horizon * ki`` on the
+       level, and the trend's noise), which is what makes a faster integral swing where the knob is strong.
+       ``"level"`` integrates only the offset itself, and so takes a larger ``ki`` (0.03, twice the prediction's
+       0.015): on the simulated plant (``benchmarks/controller_sim.py --plant smollm2``) it tracks closer than the
+       prediction's integral at SmolLM2's authority and far closer where the knob is 2-2.5x stronger, where
+       ``ki=0.03`` with ``"prediction"`` swings. Measured with the symmetric kick (step 6) on SmolLM2 against the
+       law before (prediction, ``ki=0.015``, ``"bounds"``), paired over fifteen seeds on a GPU: 1.7 +- 0.6 points
+       closer on a held target (10.0% against 11.6%), as close on WSD (12.5%, 0.48x TRL's rule's error), the
+       trained policies as accurate (sampled accuracy +0.002 +- 0.014); it shrinks the early dip (docs:
+       benchmarks, the level's integral with the symmetric kick).
     6. **Momentum compensation** (``momentum_compensation``, 0 to 1): the coefficient reaches the weights through
        the optimizer's gradient average (Adam's ``beta1``: at 0.9 a change arrives over ~10 steps), so a law whose
        output is applied as it is keeps pushing for ~10 steps after it has turned, and the loop swings (measured on
@@ -410,14 +413,12 @@ class EntropyBonusController:
        as Adam keeps it), so that the average moves a ``momentum_compensation`` fraction of the way to what it
        would be with no lag. 0 applies the law's output as it is. The applied coefficient lies between the law and
        the full compensation, so the average lands between its previous value and the law's: within the bounds,
-       whatever the applied value. How far the applied value may go (``compensation_clip``): within twice each
-       bound in effect (``"bounds"``, the default), or ``+-2 * max(c_max, -low)`` (``"symmetric"``: as far down as
-       up). With the asymmetric default bounds, ``"bounds"`` lets a turn upward kick to +1.0 and a turn downward
-       only to -0.2, so the average lags on every way down and not on the way up. ``"symmetric"`` removes that
-       lopsidedness, but on SmolLM2 it does not measurably track closer: 11.6% against 11.9% on hold, 14.1% against
-       14.2% on WSD over ten seeds (a GPU; three CPU seeds had shown 9.6% against 11.7%, and the simulated plant
-       16-18% against 45-72% where the knob is 2-2.5x stronger), with trained policies 0.008-0.017 less accurate
-       (within noise). So ``"bounds"`` stays the default (docs: benchmarks, ten seeds on a GPU). Measured on
+       whatever the applied value. How far the applied value may go (``compensation_clip``):
+       ``+-2 * max(c_max, -low)`` (``"symmetric"``, the default since 2026-11-27: as far down as up), or within twice
+       each bound in effect (``"bounds"``, the law until then). With the asymmetric default bounds, ``"bounds"`` lets
+       a turn upward kick to +1.0 and a turn downward only to -0.2, so the average lags on every way down and not on
+       the way up. Alone, ``"symmetric"`` did not measurably track closer on SmolLM2 (11.6% against 11.9% on hold
+       over ten GPU seeds); with the level's integral (step 5) the two together do. Measured on
        SmolLM2 (seeds 1 and 2, held target): 0.5 brought the tracking error from 15.3% and 16.5% to 11.1% and 8.9%;
        1 gave 12.4% and 7.4% (0.5 is the default: it leaves half of the momentum's smoothing of the noisy law).
     7. **Release-first anneal** (``anneal_min``, off by default): while the target falls, the lower bound is
@@ -439,13 +440,13 @@ class EntropyBonusController:
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
 
-    def __init__(self, kp: float = 0.25, ki: float = 0.015, kff: float = 2.0, c_min: float = -0.1,
+    def __init__(self, kp: float = 0.25, ki: float = 0.03, kff: float = 2.0, c_min: float = -0.1,
                  c_max: float = 0.5, horizon: float = 6.0, level_smoothing: float = 0.4,
                  trend_smoothing: float = 0.2, initial: float = 0.0, bound_limit: float | None = 1.0,
                  bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
-                 anneal_min: float | None = None, compensation_clip: str = "bounds",
-                 integral_error: str = "prediction", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
+                 anneal_min: float | None = None, compensation_clip: str = "symmetric",
+                 integral_error: str = "level", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
                  target_lookahead: str = "horizon"):
         if target_lookahead not in self.TARGET_LOOKAHEADS:
             raise ValueError(f"entropy_bonus_target_lookahead must be one of {self.TARGET_LOOKAHEADS}, got "
