@@ -12,7 +12,7 @@ label whose law is no longer the package's default is still a row (it is a measu
 table mixes dates; docs/benchmarks.md says which law each label ran.
 
 With ``--png``, the same rows as a scatter (error against sampled accuracy, one panel per target), TRL's rule and
-the defaults marked: where people would rather look than read.
+today's defaults (cached as ``" YLI"``) marked, the bare label as the law before: where people would rather look than read.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tracking import smoothed_error  # noqa: E402
 
 TRL = "trl_adaptive_entropy"
+# the label under which today's defaults of the bonus are cached (they were measured as " YLI" before becoming the
+# defaults on 2026-11-27); the bare label ran the law before
+DEFAULTS = "entropy_bonus YLI"
+BEFORE = "entropy_bonus"
 
 
 def rows_by_label(path: str, seeds: list[int]) -> dict[str, dict[int, dict]]:
@@ -91,12 +95,12 @@ def plot(rows: list[dict], path: str, goals: dict[str, float] | None = None) -> 
     for ax, target in zip(axes[0], targets):
         for r in (r for r in rows if r["target"] == target):
             name = r["label"].split("/", 1)[1]
-            trl, default = name == TRL, name == "entropy_bonus"
+            trl, default = name == TRL, name == DEFAULTS
             ax.scatter(100 * r["err"], r["sampled"], s=60 if trl or default else 25,
                        color="tab:blue" if trl else "tab:orange" if default else "tab:gray", zorder=3)
-            ax.annotate("TRL's rule" if trl else "defaults" if default else name.replace("entropy_bonus", "").strip()
-                        or name, (100 * r["err"], r["sampled"]), fontsize=8, xytext=(4, 3),
-                        textcoords="offset points")
+            text = ("TRL's rule" if trl else "defaults (YLI)" if default else "law before" if name == BEFORE
+                    else name.replace("entropy_bonus", "").strip() or name)
+            ax.annotate(text, (100 * r["err"], r["sampled"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
         if goals and target in goals:
             ax.axvline(goals[target], color="black", linestyle="--", linewidth=1)
             ax.annotate(f"goal {goals[target]:g}%", (goals[target], 0.02), xycoords=("data", "axes fraction"),
