@@ -341,6 +341,21 @@ def test_the_integral_error_field_reaches_the_controller(tmp_path):
     assert (default.integral_error, default.ki, default.compensation_clip) == ("level", 0.03, "symmetric")
 
 
+def test_the_old_integral_at_the_new_gain_warns_and_names_the_gain_it_was_tuned_at(tmp_path):
+    """Switching back to the prediction's integral alone leaves ki at the level's 0.03: a combination never measured
+    on SmolLM2, and one that swings on the simulated plant where the knob is strong."""
+    with pytest.warns(UserWarning, match="entropy_bonus_ki=0.015 to train as before"):
+        GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
+                                        entropy_bonus_integral_error="prediction"))
+    # the law before, set in full, and the defaults: no warning of this kind
+    for extra in (dict(entropy_bonus_integral_error="prediction", entropy_bonus_ki=0.015), {}):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
+                                            **extra))
+        assert not [w for w in caught if "entropy_bonus_ki" in str(w.message)], extra
+
+
 def test_the_target_lookahead_field_reaches_the_controller(tmp_path):
     from trl_entropy.controls import _bonus_controller
 

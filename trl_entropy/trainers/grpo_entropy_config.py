@@ -320,7 +320,8 @@ class GRPOEntropyConfig(GRPOConfig):
             What the law's integral sums: `"level"`, the error of the filtered entropy itself, so that a rebound or
             a dip does not move the standing bonus by its trend, or `"prediction"` (the default until 2026-11-27,
             with `entropy_bonus_ki=0.015`), the error of the entropy predicted `entropy_bonus_horizon` steps ahead
-            (the proportional term's error). With `"symmetric"` and `ki=0.03`, on SmolLM2 over fifteen GPU seeds,
+            (the proportional term's error); with `"prediction"` and `entropy_bonus_ki` left at 0.03 the config
+            warns (set 0.015 to train as before). With `"symmetric"` and `ki=0.03`, on SmolLM2 over fifteen GPU seeds,
             `"level"` tracked 1.7 points closer than the law before on a held target (10.0% against 11.6%), as
             close on WSD, with policies as accurate (docs: benchmarks, the level's integral with the symmetric
             kick).
@@ -1113,6 +1114,16 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
         self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
         self._validate_choice("entropy_bonus_integral_error", EntropyBonusController.INTEGRAL_ERRORS)
+        level_ki = type(self).__dataclass_fields__["entropy_bonus_ki"].default  # chosen for the level's integral
+        if self.entropy_bonus_integral_error == "prediction" and self.entropy_bonus_ki == level_ki:
+            warnings.warn(
+                f"entropy_bonus_integral_error='prediction' with entropy_bonus_ki={level_ki} (the default, "
+                "chosen for the level's integral): the prediction's integral was tuned at entropy_bonus_ki=0.015 (the "
+                "law until 2026-11-27), and at twice that it swings where the knob is strong. Set "
+                "entropy_bonus_ki=0.015 to train as before.",
+                UserWarning,
+                stacklevel=3,
+            )
         self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
         self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
