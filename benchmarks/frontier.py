@@ -12,7 +12,8 @@ label whose law is no longer the package's default is still a row (it is a measu
 table mixes dates; docs/benchmarks.md says which law each label ran.
 
 With ``--png``, the same rows as a scatter (error against sampled accuracy, one panel per target), TRL's rule and
-today's defaults (cached as ``" YLI"``) marked, the bare label as the law before: where people would rather look than read.
+today's defaults (cached as ``" YLI"``) marked, the bare label as the law before: where people would rather look
+than read.
 """
 
 from __future__ import annotations

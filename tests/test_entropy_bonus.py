@@ -347,12 +347,14 @@ def test_the_old_integral_at_the_new_gain_warns_and_names_the_gain_it_was_tuned_
     with pytest.warns(UserWarning, match="entropy_bonus_ki=0.015 to train as before"):
         GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
                                         entropy_bonus_integral_error="prediction"))
-    # the law before, set in full, and the defaults: no warning of this kind
-    for extra in (dict(entropy_bonus_integral_error="prediction", entropy_bonus_ki=0.015), {}):
+    # the law before, set in full, the defaults, and a run without the bonus (only the unused-field warning there):
+    # no warning of this kind
+    for extra in (dict(entropy_bonus_integral_error="prediction", entropy_bonus_ki=0.015), {},
+                  dict(entropy_control="none", entropy_schedule_start=None, entropy_bonus_integral_error="prediction")):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
-                                            **extra))
+            GRPOEntropyConfig(**tiny_kwargs(tmp_path, **{"entropy_control": "entropy_bonus",
+                                                         "entropy_schedule_start": 1.0, **extra}))
         assert not [w for w in caught if "entropy_bonus_ki" in str(w.message)], extra
 
 

@@ -412,8 +412,8 @@ def _swing(clip):
 
 def test_symmetric_compensation_reaches_as_far_down_as_up():
     """With asymmetric bounds the kick that cancels the momentum's lag may go as far down as up with "symmetric":
-    +-2 * max(0.5, 0.1) = +-1 (the default). Within twice each bound ("bounds", the law until 2026-11-27) it stops at -0.2 on the way down while
-    it reached above 0.5 on the way up: the average lags on every turn downward only."""
+    +-2 * max(0.5, 0.1) = +-1 (the default). Within twice each bound ("bounds", the law until 2026-11-27) it stops
+    at -0.2 on the way down while it reached above 0.5 on the way up: the average lags on every turn downward only."""
     sym, up_down = _swing("symmetric")
     old, held = _swing("bounds")
     assert max(up_down) > 0.5 and max(held) > 0.5  # the turn up kicks past the bonus bound in both

@@ -812,6 +812,16 @@ class GRPOEntropyConfig(GRPOConfig):
             stacklevel=4,
         )
 
+    def _used_config_prefixes(self) -> tuple[str, ...]:
+        """The field prefixes of the controls this run uses: the running control's (the registry's
+        ``config_prefixes``), and the feedback bonus's with ``entropy_bonus_assist=True``."""
+        registry = _control_registry()
+        active = registry.get(self.entropy_control)
+        used = tuple(active.config_prefixes) if active is not None else ()
+        if self.entropy_bonus_assist:
+            used += tuple(registry["entropy_bonus"].config_prefixes)
+        return used
+
     def _warn_unused_control_fields(self) -> None:
         """One warning naming every field of another control set away from its default: it has no effect on this run.
 
@@ -820,10 +830,7 @@ class GRPOEntropyConfig(GRPOConfig):
         fields are checked (GRPOConfig's, such as ``epsilon_high`` or ``entropy_coef``, act without any control).
         """
         registry = _control_registry()
-        active = registry.get(self.entropy_control)
-        used = tuple(active.config_prefixes) if active is not None else ()
-        if self.entropy_bonus_assist:
-            used += tuple(registry["entropy_bonus"].config_prefixes)
+        used = self._used_config_prefixes()
         trl_fields = {f.name for f in fields(GRPOConfig)}
         unused: dict[tuple[str, ...], list[str]] = {}  # owning controls -> their fields set here
         for f in fields(self):
@@ -1115,7 +1122,9 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
         self._validate_choice("entropy_bonus_integral_error", EntropyBonusController.INTEGRAL_ERRORS)
         level_ki = type(self).__dataclass_fields__["entropy_bonus_ki"].default  # chosen for the level's integral
-        if self.entropy_bonus_integral_error == "prediction" and self.entropy_bonus_ki == level_ki:
+        used = self._used_config_prefixes()
+        bonus_in_use = bool(used) and "entropy_bonus_ki".startswith(used)
+        if bonus_in_use and self.entropy_bonus_integral_error == "prediction" and self.entropy_bonus_ki == level_ki:
             warnings.warn(
                 f"entropy_bonus_integral_error='prediction' with entropy_bonus_ki={level_ki} (the default, "
                 "chosen for the level's integral): the prediction's integral was tuned at entropy_bonus_ki=0.015 (the "
