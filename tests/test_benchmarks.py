@@ -363,3 +363,31 @@ def test_late_policy_evaluates_mid_run_without_changing_the_run(tmp_path, capsys
     assert "largest difference 0.0e+00" in out and "step   3: train sampled" in out
     late_policy.main(argv)  # served from the cache: nothing trained, nothing appended
     assert len(results.read_text().splitlines()) == 1
+
+
+def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_groups(tmp_path, capsys):
+    import paired
+
+    def run(label, seed, level, sampled):
+        return {"label": label, "seed": seed, "measured": [1.0] * 20 + [level] * 80, "target": [1.0] * 100,
+                "final_reward": sampled, "reward": [sampled] * 4,
+                "final_eval": {"train_sampled": sampled, "train_greedy": sampled, "test_sampled": sampled,
+                               "test_greedy": sampled}}
+
+    first = [run("hold/new", 0, 1.05, 0.8), run("hold/new", 1, 1.05, 0.9), run("hold/new", 2, 1.0, 0.9),
+             run("hold/old", 0, 1.1, 0.7), run("hold/old", 1, 1.1, 0.7),
+             run("hold/old again", 1, 1.2, 0.5)]  # seed 1 of the law before under its new label: it wins
+    second = [run("hold/new", 5, 1.0, 0.6), run("hold/old again", 5, 1.1, 0.7)]
+    paths = []
+    for i, rows in enumerate((first, second)):
+        paths.append(tmp_path / f"r{i}.jsonl")
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert paired.parse_seeds("0-2,5") == [0, 1, 2, 5]
+    groups = paired.main(["--a", "hold/new", "--b", "hold/old again", "hold/old",
+                          "--group", "one", str(paths[0]), "0-2", "--group", "two", str(paths[1]), "5"])
+    (_, one), (_, two), (name, pooled) = groups
+    assert one["seed"] == [0, 1] and two["seed"] == [5] and name == "pooled"  # seed 2 has no law before
+    assert one["train_sampled"] == pytest.approx([0.1, 0.4]) and two["train_sampled"] == pytest.approx([-0.1])
+    assert pooled["seed"] == [0, 1, 5] and pooled["err"][0] < 0  # closer on seed 0
+    out = capsys.readouterr().out
+    assert "| one | 2 | 2 of 2 |" in out and "| pooled | 3 |" in out and "+0.133 ± 0.145" in out

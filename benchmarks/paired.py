@@ -1,0 +1,127 @@
+"""Paired differences between two laws on the same seeds, per group of cached runs and pooled over the groups.
+
+    python benchmarks/paired.py --a "hold/entropy_bonus YLI" --b "hold/entropy_bonus OLD" "hold/entropy_bonus" \\
+        --group "CPU" benchmarks/results/tracking_smollm2.jsonl 0-17 \\
+        --group "GPU" benchmarks/results/tracking_smollm2_gpu.jsonl 0-14
+
+Reads the caches of ``tracking.py --final_eval`` only; trains nothing. Each group is a cache and its seeds; a seed
+counts where both laws have a run with a final evaluation on it (the last such run of a label and seed, as the
+cache keeps it). ``--b`` (and ``--a``) may name several labels: per seed the first one that has a run is used,
+so a law cached under a new label for new seeds (its values set explicitly, after the package's defaults moved
+on) pairs with its older rows under the bare label.
+
+Printed per group and pooled over the groups (markdown): the mean ± standard error over seeds of ``a - b`` for the
+tracking error (points of the tracking table's metric), the accuracy of the trained policies (train and test
+problems, 16 samples per problem and greedy), the final reward and the second half's reward; the number of seeds
+and on how many ``a`` tracked closer. Why paired: a seed's run varies by ±3 points of error and ±0.05 of accuracy
+between seeds, far more than the laws differ; the same seed's two runs share the data order and the first steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _runs import second_half_reward  # noqa: E402
+from tracking import smoothed_error  # noqa: E402
+
+COLUMNS = {  # name -> (header, how to read it off a run)
+    "err": ("err (points)", lambda r: 100 * smoothed_error(r["measured"], r["target"])),
+    "train_sampled": ("train sampled", lambda r: r["final_eval"]["train_sampled"]),
+    "train_greedy": ("train greedy", lambda r: r["final_eval"]["train_greedy"]),
+    "test_sampled": ("test sampled", lambda r: r["final_eval"]["test_sampled"]),
+    "test_greedy": ("test greedy", lambda r: r["final_eval"]["test_greedy"]),
+    "final_reward": ("final reward", lambda r: r.get("final_reward", math.nan)),
+    "second_half_reward": ("second-half reward", lambda r: second_half_reward(r)),
+}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-9,12"`` -> ``[0, ..., 9, 12]``."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def evaluated_runs(path: str) -> dict[tuple[str, int], dict]:
+    """``{(label, seed): run}`` for the cached runs with a final evaluation and a logged curve (the last one wins)."""
+    out: dict[tuple[str, int], dict] = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                run = json.loads(line)
+                if run.get("final_eval") and run.get("measured") and "seed" in run:
+                    out[(run["label"], run["seed"])] = run
+    return out
+
+
+def first_run(runs: dict, labels: list[str], seed: int) -> dict | None:
+    return next((runs[(label, seed)] for label in labels if (label, seed) in runs), None)
+
+
+def differences(runs: dict, a: list[str], b: list[str], seeds: list[int]) -> dict[str, list[float]]:
+    """Per column, ``a - b`` on each seed where both laws have a run (the seeds themselves under ``"seed"``)."""
+    out: dict[str, list[float]] = {"seed": []}
+    for seed in seeds:
+        ra, rb = first_run(runs, a, seed), first_run(runs, b, seed)
+        if ra is None or rb is None:
+            continue
+        out["seed"].append(seed)
+        for name, (_, read) in COLUMNS.items():
+            x, y = read(ra), read(rb)
+            out.setdefault(name, []).append(math.nan if x is None or y is None else x - y)
+    return out
+
+
+def mean_se(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:+.3f}"
+    return f"{statistics.mean(values):+.3f} ± {statistics.stdev(values) / math.sqrt(len(values)):.3f}"
+
+
+def table(groups: list[tuple[str, dict[str, list[float]]]]) -> str:
+    names = list(COLUMNS)
+    lines = ["| group | seeds | closer | " + " | ".join(COLUMNS[n][0] for n in names) + " |",
+             "|---" * (3 + len(names)) + "|"]
+    for label, diffs in groups:
+        n = len(diffs["seed"])
+        closer = sum(d < 0 for d in diffs.get("err", []))
+        lines.append(f"| {label} | {n} | {closer} of {n} | " + " | ".join(mean_se(diffs.get(c, [])) for c in names)
+                     + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[tuple[str, dict[str, list[float]]]]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--a", nargs="+", required=True, help="the law's label(s), e.g. 'hold/entropy_bonus YLI'")
+    p.add_argument("--b", nargs="+", required=True, help="the law it is compared with (the first label per seed)")
+    p.add_argument("--group", nargs=3, action="append", required=True, metavar=("NAME", "RESULTS", "SEEDS"),
+                   help="a cache and its seeds ('0-9,12'); repeat for several")
+    a = p.parse_args(argv)
+    groups = []
+    for name, path, seeds in a.group:
+        groups.append((name, differences(evaluated_runs(path), a.a, a.b, parse_seeds(seeds))))
+    if len(groups) > 1:
+        pooled: dict[str, list[float]] = {}
+        for _, diffs in groups:
+            for key, values in diffs.items():
+                pooled.setdefault(key, []).extend(values)
+        groups.append(("pooled", pooled))
+    print(f"{' | '.join(a.a)} − {' | '.join(a.b)}, paired by seed (mean ± standard error over seeds; err in points, "
+          "negative: a tracks closer)")
+    print(table(groups))
+    return groups
+
+
+if __name__ == "__main__":
+    main()
