@@ -13,7 +13,7 @@ on) pairs with its older rows under the bare label.
 Printed per group and pooled over the groups (markdown): the mean ± standard error over seeds of ``a - b`` for the
 tracking error (points of the tracking table's metric), the accuracy of the trained policies (train and test
 problems, 16 samples per problem and greedy), the final reward and the second half's reward; the number of seeds
-and on how many ``a`` tracked closer. Why paired: a seed's run varies by ±3 points of error and ±0.05 of accuracy
+and on how many ``a`` tracked closer. Then each law's own values on the same seeds (mean ± standard deviation). Why paired: a seed's run varies by ±3 points of error and ±0.05 of accuracy
 between seeds, far more than the laws differ; the same seed's two runs share the data order and the first steps.
 """
 
@@ -67,7 +67,8 @@ def first_run(runs: dict, labels: list[str], seed: int) -> dict | None:
 
 
 def differences(runs: dict, a: list[str], b: list[str], seeds: list[int]) -> dict[str, list[float]]:
-    """Per column, ``a - b`` on each seed where both laws have a run (the seeds themselves under ``"seed"``)."""
+    """Per column, ``a - b`` on each seed where both laws have a run (the seeds themselves under ``"seed"``, each
+    law's own values under ``"a:column"`` and ``"b:column"``)."""
     out: dict[str, list[float]] = {"seed": []}
     for seed in seeds:
         ra, rb = first_run(runs, a, seed), first_run(runs, b, seed)
@@ -76,7 +77,10 @@ def differences(runs: dict, a: list[str], b: list[str], seeds: list[int]) -> dic
         out["seed"].append(seed)
         for name, (_, read) in COLUMNS.items():
             x, y = read(ra), read(rb)
-            out.setdefault(name, []).append(math.nan if x is None or y is None else x - y)
+            x, y = math.nan if x is None else x, math.nan if y is None else y
+            out.setdefault(name, []).append(x - y)
+            out.setdefault(f"a:{name}", []).append(x)
+            out.setdefault(f"b:{name}", []).append(y)
     return out
 
 
@@ -87,6 +91,24 @@ def mean_se(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:+.3f}"
     return f"{statistics.mean(values):+.3f} ± {statistics.stdev(values) / math.sqrt(len(values)):.3f}"
+
+
+def mean_sd(values: list[float]) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if len(values) < 2:
+        return f"{values[0]:.3f}" if values else "–"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def levels(groups: list[tuple[str, dict[str, list[float]]]], a: str, b: str) -> str:
+    """Each law's own mean ± standard deviation over the paired seeds, per group."""
+    names = list(COLUMNS)
+    lines = ["| group | law | " + " | ".join(COLUMNS[n][0] for n in names) + " |", "|---" * (2 + len(names)) + "|"]
+    for label, diffs in groups:
+        for side, law in (("a", a), ("b", b)):
+            lines.append(f"| {label} | {law} | " + " | ".join(mean_sd(diffs.get(f"{side}:{n}", [])) for n in names)
+                         + " |")
+    return "\n".join(lines)
 
 
 def table(groups: list[tuple[str, dict[str, list[float]]]]) -> str:
@@ -117,9 +139,11 @@ def main(argv=None) -> list[tuple[str, dict[str, list[float]]]]:
             for key, values in diffs.items():
                 pooled.setdefault(key, []).extend(values)
         groups.append(("pooled", pooled))
-    print(f"{' | '.join(a.a)} − {' | '.join(a.b)}, paired by seed (mean ± standard error over seeds; err in points, "
+    print(f"{' or '.join(a.a)} − {' or '.join(a.b)}, paired by seed (mean ± standard error over seeds; err in points, "
           "negative: a tracks closer)")
     print(table(groups))
+    print("\nEach law on the same seeds (mean ± standard deviation; err in %):")
+    print(levels(groups, " or ".join(a.a), " or ".join(a.b)))
     return groups
 
 
