@@ -1,6 +1,6 @@
 """Paired differences between two laws on the same seeds, per group of cached runs and pooled over the groups.
 
-    python benchmarks/paired.py --a "hold/entropy_bonus YLI" --b "hold/entropy_bonus OLD" "hold/entropy_bonus" \\
+    python benchmarks/paired.py --a "hold/entropy_bonus YLI" --b "hold/entropy_bonus" "hold/entropy_bonus OLD" \\
         --group "CPU" benchmarks/results/tracking_smollm2.jsonl 0-17 \\
         --group "GPU" benchmarks/results/tracking_smollm2_gpu.jsonl 0-14
 
@@ -8,13 +8,14 @@ Reads the caches of ``tracking.py --final_eval`` only; trains nothing. Each grou
 counts where both laws have a run with a final evaluation on it (the last such run of a label and seed, as the
 cache keeps it). ``--b`` (and ``--a``) may name several labels: per seed the first one that has a run is used,
 so a law cached under a new label for new seeds (its values set explicitly, after the package's defaults moved
-on) pairs with its older rows under the bare label.
+on) pairs with its older rows under the bare label (name the older label first to keep the recorded runs).
 
 Printed per group and pooled over the groups (markdown): the mean ± standard error over seeds of ``a - b`` for the
 tracking error (points of the tracking table's metric), the accuracy of the trained policies (train and test
 problems, 16 samples per problem and greedy), the final reward and the second half's reward; the number of seeds
-and on how many ``a`` tracked closer. Then each law's own values on the same seeds (mean ± standard deviation). Why paired: a seed's run varies by ±3 points of error and ±0.05 of accuracy
-between seeds, far more than the laws differ; the same seed's two runs share the data order and the first steps.
+and on how many ``a`` tracked closer. Then each law's own values on the same seeds (mean ± standard deviation).
+Why paired: a seed's run varies by ±3 points of error and ±0.05 of accuracy between seeds, far more than the laws
+differ; the same seed's two runs share the data order and the first steps.
 """
 
 from __future__ import annotations

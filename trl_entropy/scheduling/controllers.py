@@ -403,9 +403,10 @@ class EntropyBonusController:
        ``ki=0.03`` with ``"prediction"`` swings. Measured with the symmetric kick (step 6) on SmolLM2 against the
        law before (prediction, ``ki=0.015``, ``"bounds"``), paired over fifteen seeds on a GPU: 1.7 +- 0.6 points
        closer on a held target (10.0% against 11.6%), as close on WSD (12.5%, 0.48x TRL's rule's error), the
-       trained policies as accurate (sampled accuracy +0.002 +- 0.014); it shrinks the early dip. Over ten CPU
-       seeds of the held target: 11.4% against 12.3%, with policies 0.045 +- 0.034 less accurate, a cost the GPU
-       does not show and nothing found explains (docs: benchmarks, the level's integral with the symmetric kick).
+       trained policies as accurate (sampled accuracy +0.002 +- 0.014); it shrinks the early dip. Over eighteen
+       CPU seeds of the held target: 10.3% against 11.2%; the first ten showed policies 0.045 +- 0.034 less
+       accurate, eight more +0.028 +- 0.022, and over the 33 seeds of both devices -0.006 +- 0.014 (docs:
+       benchmarks, the level's integral with the symmetric kick).
     6. **Momentum compensation** (``momentum_compensation``, 0 to 1): the coefficient reaches the weights through
        the optimizer's gradient average (Adam's ``beta1``: at 0.9 a change arrives over ~10 steps), so a law whose
        output is applied as it is keeps pushing for ~10 steps after it has turned, and the loop swings (measured on
