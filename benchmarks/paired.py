@@ -140,8 +140,8 @@ def main(argv=None) -> list[tuple[str, dict[str, list[float]]]]:
             for key, values in diffs.items():
                 pooled.setdefault(key, []).extend(values)
         groups.append(("pooled", pooled))
-    print(f"{' or '.join(a.a)} − {' or '.join(a.b)}, paired by seed (mean ± standard error over seeds; err in points, "
-          "negative: a tracks closer)")
+    print(f"{' or '.join(a.a)} − {' or '.join(a.b)}, paired by seed (mean ± standard error over seeds; "
+          "err in points, negative: a tracks closer)")
     print(table(groups))
     print("\nEach law on the same seeds (mean ± standard deviation; err in %):")
     print(levels(groups, " or ".join(a.a), " or ".join(a.b)))
