@@ -133,7 +133,17 @@ def main(argv=None) -> list[tuple[str, dict[str, list[float]]]]:
     a = p.parse_args(argv)
     groups = []
     for name, path, seeds in a.group:
-        groups.append((name, differences(evaluated_runs(path), a.a, a.b, parse_seeds(seeds))))
+        try:
+            wanted = parse_seeds(seeds)
+        except ValueError:
+            p.error(f"group {name!r}: seeds must read like '0-9,12', got {seeds!r}")
+        runs = evaluated_runs(path)
+        diffs = differences(runs, a.a, a.b, wanted)
+        if not diffs["seed"]:  # a misspelt label or seed range would otherwise print an empty row
+            labels = sorted({label for label, _ in runs})
+            p.error(f"group {name!r}: no seed in {seeds} has a run of both laws with a final evaluation in {path}; "
+                    f"its evaluated labels: {', '.join(labels) or 'none'}")
+        groups.append((name, diffs))
     if len(groups) > 1:
         pooled: dict[str, list[float]] = {}
         for _, diffs in groups:

@@ -391,3 +391,6 @@ def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_group
     assert pooled["seed"] == [0, 1, 5] and pooled["err"][0] < 0  # closer on seed 0
     out = capsys.readouterr().out
     assert "| one | 2 | 2 of 2 |" in out and "| pooled | 3 |" in out and "+0.133 ± 0.145" in out
+    with pytest.raises(SystemExit):  # a misspelt label: an error naming the labels there are, not an empty row
+        paired.main(["--a", "hold/new", "--b", "hold/olld", "--group", "one", str(paths[0]), "0-2"])
+    assert "hold/old again" in capsys.readouterr().err
