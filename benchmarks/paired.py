@@ -21,14 +21,13 @@ differ; the same seed's two runs share the data order and the first steps.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import second_half_reward  # noqa: E402
+from _runs import load_results, second_half_reward  # noqa: E402
 from tracking import smoothed_error  # noqa: E402
 
 COLUMNS = {  # name -> (header, how to read it off a run)
@@ -53,14 +52,8 @@ def parse_seeds(text: str) -> list[int]:
 
 def evaluated_runs(path: str) -> dict[tuple[str, int], dict]:
     """``{(label, seed): run}`` for the cached runs with a final evaluation and a logged curve (the last one wins)."""
-    out: dict[tuple[str, int], dict] = {}
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                run = json.loads(line)
-                if run.get("final_eval") and run.get("measured") and "seed" in run:
-                    out[(run["label"], run["seed"])] = run
-    return out
+    return {(run["label"], run["seed"]): run for run in load_results(path).values()
+            if run.get("final_eval") and run.get("measured") and "seed" in run}
 
 
 def first_run(runs: dict, labels: list[str], seed: int) -> dict | None:

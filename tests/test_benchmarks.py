@@ -369,7 +369,8 @@ def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_group
     import paired
 
     def run(label, seed, level, sampled):
-        return {"label": label, "seed": seed, "measured": [1.0] * 20 + [level] * 80, "target": [1.0] * 100,
+        return {"key": f"{label}/{seed}", "label": label, "seed": seed, "measured": [1.0] * 20 + [level] * 80,
+                "target": [1.0] * 100,
                 "final_reward": sampled, "reward": [sampled] * 4,
                 "final_eval": {"train_sampled": sampled, "train_greedy": sampled, "test_sampled": sampled,
                                "test_greedy": sampled}}

@@ -1123,8 +1123,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
         self._validate_choice("entropy_bonus_integral_error", EntropyBonusController.INTEGRAL_ERRORS)
         level_ki = type(self).__dataclass_fields__["entropy_bonus_ki"].default  # chosen for the level's integral
-        used = self._used_config_prefixes()
-        bonus_in_use = bool(used) and "entropy_bonus_ki".startswith(used)
+        bonus_in_use = "entropy_bonus_ki".startswith(self._used_config_prefixes())  # False for no prefixes
         if bonus_in_use and self.entropy_bonus_integral_error == "prediction" and self.entropy_bonus_ki == level_ki:
             warnings.warn(
                 f"entropy_bonus_integral_error='prediction' with entropy_bonus_ki={level_ki} (the default, "
