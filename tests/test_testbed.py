@@ -139,6 +139,21 @@ def test_grpo_config_kwargs_build_a_config(tmp_path):
     assert args.max_completion_length == tb.TestbedRecipe().digits + 2
 
 
+def test_grpo_config_kwargs_take_overrides():
+    """A user's own settings replace the testbed's (``save_strategy="no"`` would silently drop checkpoints) and add
+    to them, for both testbeds, without changing the defaults."""
+    from trl_entropy.testbeds import get_testbed
+
+    for name in ("tiny", "smollm2"):
+        kwargs = get_testbed(name).grpo_config_kwargs
+        base = kwargs()
+        kw = kwargs(save_strategy="steps", save_steps=5, report_to="tensorboard")
+        assert (kw["save_strategy"], kw["save_steps"], kw["report_to"]) == ("steps", 5, "tensorboard")
+        assert {k: v for k, v in kw.items() if k not in ("save_strategy", "save_steps", "report_to")} == {
+            k: v for k, v in base.items() if k not in ("save_strategy", "report_to")}
+        assert kwargs() == base
+
+
 def test_grpo_trainer_runs_on_the_testbed(tmp_path):
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer

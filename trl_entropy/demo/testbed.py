@@ -430,15 +430,18 @@ def completion_entropy(model, tokenizer, problems, n_samples=4, temperature=1.0,
     return sum(flat) / len(flat) if flat else math.nan
 
 
-def grpo_config_kwargs(recipe: TestbedRecipe = TestbedRecipe()) -> dict:
-    """``trl.GRPOConfig`` keyword arguments that run well on this testbed on CPU (no ``output_dir``/``max_steps``).
+def grpo_config_kwargs(recipe: TestbedRecipe = TestbedRecipe(), **overrides) -> dict:
+    """``trl.GRPOConfig`` keyword arguments that run well on this testbed on CPU (no ``output_dir``/``max_steps``),
+    with ``overrides`` put in place of (or next to) them: ``grpo_config_kwargs(save_strategy="steps", save_steps=5)``
+    where ``GRPOEntropyConfig(..., save_steps=5, **grpo_config_kwargs())`` would fail with "multiple values"
+    (the defaults include ``logging_steps=1``, ``report_to="none"`` and ``save_strategy="no"``).
 
     8 prompts x 8 completions per optimizer step, on-policy (add ``steps_per_generation`` or ``num_iterations`` for
     off-policy updates); completions long enough for the longest answer plus eos. With the default recipe and
     ``learning_rate=2e-4``, plain GRPOTrainer halves the mean token entropy (~0.88 -> ~0.45 nats) in ~50-60 steps
     while the reward rises from ~0.42 to ~0.7; ~80 ms per on-policy step on 2 CPU cores.
     """
-    return dict(
+    kwargs = dict(
         max_completion_length=recipe.max_answer_length + 1,
         num_generations=8,
         per_device_train_batch_size=64,
@@ -460,3 +463,5 @@ def grpo_config_kwargs(recipe: TestbedRecipe = TestbedRecipe()) -> dict:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+    kwargs.update(overrides)
+    return kwargs

@@ -33,7 +33,8 @@ class Testbed:
         heldout: ``heldout(n, seed) -> list[{"prompt", "answer"}]``, up to ``n`` held-out problems (drawn with
             ``seed`` where the testbed has more than it needs; the SmolLM2 testbed has 37 and returns them all).
         reward: the TRL reward function (1.0 for a correct completion, else 0.0).
-        grpo_config_kwargs: ``() -> dict`` of ``GRPOConfig`` keyword arguments (no ``output_dir``/``max_steps``).
+        grpo_config_kwargs: ``(**overrides) -> dict`` of ``GRPOConfig`` keyword arguments (no ``output_dir`` or
+            ``max_steps``), ``overrides`` in place of (or next to) them.
         base_model: the Hub id written as ``base_model`` on model cards (``None``: a model built here).
         demo_steps: optimizer steps per method in the demo.
         method_overrides: per demo method, config overrides for this testbed (e.g. covariance ratios).
@@ -45,7 +46,7 @@ class Testbed:
     datasets: Callable[[int], tuple]
     heldout: Callable[[int, int], list]
     reward: Callable
-    grpo_config_kwargs: Callable[[], dict]
+    grpo_config_kwargs: Callable[..., dict]
     base_model: str | None = None
     demo_steps: int = 300
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -62,7 +63,7 @@ def _tiny(recipe=None) -> Testbed:
         datasets=lambda seed=0: tb.make_datasets(recipe, seed=seed),
         heldout=lambda n, seed=0: tb.make_problems(n, seed=seed + 1, recipe=recipe, split="test"),
         reward=tb.accuracy_reward,
-        grpo_config_kwargs=lambda: tb.grpo_config_kwargs(recipe),
+        grpo_config_kwargs=lambda **overrides: tb.grpo_config_kwargs(recipe, **overrides),
         demo_steps=300,
         # The papers' ratios (Clip-Cov 2e-4, KL-Cov 2e-3) select the floor of one token of the ~250 per step here
         # and change nothing measurable (benchmarks/cov_ratio.py): scaled to the testbed, and Clip-Cov's band

@@ -135,8 +135,10 @@ def accuracy_reward(completions, answer, **kwargs) -> list[float]:
     return [1.0 if first_line(c) == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
 
 
-def grpo_config_kwargs() -> dict:
-    """``GRPOConfig`` keyword arguments that run this testbed on 2 CPU cores (no ``output_dir``/``max_steps``).
+def grpo_config_kwargs(**overrides) -> dict:
+    """``GRPOConfig`` keyword arguments that run this testbed on 2 CPU cores (no ``output_dir``/``max_steps``), with
+    ``overrides`` put in place of (or next to) them, as the tiny testbed's
+    :func:`trl_entropy.demo.testbed.grpo_config_kwargs` does.
 
     12 completions per optimizer step (3 prompts x 4 completions), 4 optimizer steps per generation batch (48
     completions: the updates are off-policy, so clip bounds act), completions of at most 4 tokens, float32, no
@@ -150,7 +152,7 @@ def grpo_config_kwargs() -> dict:
     device = os.environ.get(DEVICE_ENV, "cpu").strip().lower() or "cpu"
     if device not in ("cpu", "cuda"):
         raise ValueError(f"{DEVICE_ENV} must be 'cpu' or 'cuda', got {os.environ.get(DEVICE_ENV)!r}.")
-    return dict(
+    kwargs = dict(
         per_device_train_batch_size=12,
         num_generations=4,
         steps_per_generation=4,
@@ -174,3 +176,5 @@ def grpo_config_kwargs() -> dict:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+    kwargs.update(overrides)
+    return kwargs
