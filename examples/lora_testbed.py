@@ -32,7 +32,7 @@ def main(argv=None):
         entropy_schedule_start=0.8,
         entropy_schedule_end=0.5,
         steps_per_generation=4,
-        **{**testbed.grpo_config_kwargs(), "learning_rate": 1e-3},  # adapters usually take a larger learning rate
+        **testbed.grpo_config_kwargs(learning_rate=1e-3),  # adapters usually take a larger learning rate
     )
     peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
                              task_type="CAUSAL_LM")
