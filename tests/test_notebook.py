@@ -24,7 +24,7 @@ def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "# " in outputs and "adaptive_clip" in outputs  # the printed model card
+    assert "# " in outputs and "entropy_bonus" in outputs  # the printed model card
     assert "Offline: set HF_TOKEN" in outputs  # the Hub cell is guarded
     assert (tmp_path / "quickstart-run" / "entropy_curves.png").exists()
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
