@@ -422,7 +422,24 @@ def test_symmetric_compensation_reaches_as_far_down_as_up():
     assert sym.averaged < old.averaged  # the symmetric kick has brought the optimizer's average down further
 
 
-@pytest.mark.parametrize("clip", ["symmetric", "bounds"])
+def test_hold_symmetric_kicks_symmetrically_on_a_held_target_and_within_the_bounds_while_it_falls():
+    """"hold_symmetric": the same applied coefficients as "symmetric" while the target holds (so a held target's
+    runs are unchanged), and as "bounds" while it falls."""
+    sym, up_down = _swing("symmetric")
+    hold, same = _swing("hold_symmetric")
+    assert same == up_down
+    readings = (0.1,) * 12 + (3.0,) * 12
+    falling = [1.0 - 0.01 * i for i in range(len(readings))]
+    runs = {}
+    for clip in ("symmetric", "bounds", "hold_symmetric"):
+        c = EntropyBonusController(momentum_compensation=1.0, c_min=-0.1, c_max=0.5, bound_limit=None, kp=5.0,
+                                   compensation_clip=clip)
+        runs[clip] = [c.update(m, t) for m, t in zip(readings, falling)]
+    assert runs["hold_symmetric"] == runs["bounds"] != runs["symmetric"]
+    assert min(runs["hold_symmetric"]) == pytest.approx(-0.2) and min(runs["symmetric"]) < -0.5
+
+
+@pytest.mark.parametrize("clip", ["symmetric", "bounds", "hold_symmetric"])
 def test_the_optimizers_average_stays_within_the_bounds_whatever_the_kick(clip):
     """Every applied coefficient lies between the law and the full compensation, so Adam's bias-corrected average
     lands between its previous value and the law's: within [c_min, c_max] (as torch's Adam keeps it), however far
@@ -435,7 +452,7 @@ def test_the_optimizers_average_stays_within_the_bounds_whatever_the_kick(clip):
     update = c.update
     c.update = lambda m, t: applied.append(update(m, t)) or applied[-1]
     pairs = _adam_first_moments(c, readings)
-    assert min(applied) < -0.2 or clip == "bounds"  # the symmetric kick does go past twice the penalty bound
+    assert min(applied) < -0.2 or clip != "symmetric"  # the symmetric kick does go past twice the penalty bound
     assert all(-0.1 - 1e-6 <= avg <= 0.5 + 1e-6 for _, avg in pairs)
 
 

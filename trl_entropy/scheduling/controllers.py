@@ -436,7 +436,7 @@ class EntropyBonusController:
     measurements or targets are skipped (counted in ``skipped``) and leave every state unchanged.
     """
 
-    COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
+    COMPENSATION_CLIPS = ("symmetric", "bounds", "hold_symmetric")  # how far the applied coefficient may go (step 6)
     TARGET_LOOKAHEADS = ("horizon", "step")  # which step's target the prediction is compared with (step 2)
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
@@ -490,6 +490,7 @@ class EntropyBonusController:
             raise ValueError(f"entropy_bonus_anneal_min must be a finite number <= 0 or None, got {anneal_min!r}.")
         self.anneal_min = None if anneal_min is None else float(anneal_min)
         self.annealing = False  # whether the last update's target fell (the anneal bound applied)
+        self.falling = False  # whether the last update's target fell (where "hold_symmetric" limits the kick)
         self.kp, self.ki, self.kff = float(kp), float(ki), float(kff)
         self.c_min, self.c_max = float(c_min), float(c_max)
         self.bound_limit, self.bound_patience = limit, int(bound_patience)
@@ -603,6 +604,7 @@ class EntropyBonusController:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
         # the anneal's bound is a choice, not a sign that the knob's scale is too small: it does not grow
         self._grow_bounds(pushing_past and not (self.annealing and self.error < 0))
+        self.falling = slope < 0.0  # the target falls: "hold_symmetric" keeps the kick within the bounds (step 6)
         self.value = self._compensate(self.law, low)
         self._applied(self.value)
         return self.value
@@ -660,7 +662,8 @@ class EntropyBonusController:
         Adam's first moment after this step is ``(beta * m + (1 - beta) * c) / (1 - beta^t)``; setting that to
         ``law`` gives ``c_full = ((1 - beta^t) * law - beta * m) / (1 - beta)``. The applied coefficient is
         ``law + compensation * (c_full - law)``, held within ``+-2 * max(c_max, -low)`` (``"symmetric"``) or
-        within twice the bounds in effect (``"bounds"``; ``low``: the lower one). Either way it lies between
+        within twice the bounds in effect (``"bounds"``; ``low``: the lower one), or the first while the target
+        holds or rises and the second while it falls (``"hold_symmetric"``). Either way it lies between
         ``law`` and ``c_full``, so the average lands between its previous value and ``law``."""
         if self.compensation <= 0.0 or self.momentum <= 0.0:
             return law
@@ -670,7 +673,7 @@ class EntropyBonusController:
         if abs(gap) <= 1e-12:  # a held coefficient stays exactly itself (no rounding drift)
             return law
         c = law + self.compensation * beta * gap / (1.0 - beta)
-        if self.compensation_clip == "symmetric":
+        if self.compensation_clip == "symmetric" or (self.compensation_clip == "hold_symmetric" and not self.falling):
             reach = 2.0 * max(self.c_max, -low)
             return min(reach, max(-reach, c))
         return min(2.0 * self.c_max, max(2.0 * low, c))

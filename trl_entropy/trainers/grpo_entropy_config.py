@@ -314,8 +314,10 @@ class GRPOEntropyConfig(GRPOConfig):
             more than the law's output). The law's output is logged as `entropy_control/bonus_law`.
         entropy_bonus_compensation_clip (`str`, *optional*, defaults to `"symmetric"`):
             How far the applied (compensated) coefficient may move: `"symmetric"` within `+-2 *
-            max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up, or `"bounds"` (the default until
-            2026-11-27) within twice each bound. Either way the optimizer's average of it stays within the bounds.
+            max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up, `"bounds"` (the default until
+            2026-11-27) within twice each bound, or `"hold_symmetric"` (opt-in): the first while the target holds or
+            rises, the second while it falls (an anneal). Either way the optimizer's average of it stays within the
+            bounds.
         entropy_bonus_integral_error (`str`, *optional*, defaults to `"level"`):
             What the law's integral sums: `"level"`, the error of the filtered entropy itself, so that a rebound or
             a dip does not move the standing bonus by its trend, or `"prediction"` (the default until 2026-11-27,
@@ -613,9 +615,10 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_compensation_clip: str = field(
         default="symmetric",
         metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'symmetric' "
-                  "(within +-2 * max(entropy_bonus_max, -entropy_bonus_min): as far down as up) or 'bounds' (within "
-                  "twice each bound; the default until 2026-11-27). The optimizer's average stays within the "
-                  "bounds either way.",
+                  "(within +-2 * max(entropy_bonus_max, -entropy_bonus_min): as far down as up), 'bounds' (within "
+                  "twice each bound; the default until 2026-11-27) or 'hold_symmetric' (the first while the target "
+                  "holds or rises, the second while it falls). The optimizer's average stays within the bounds "
+                  "whichever.",
                   "choices": list(EntropyBonusController.COMPENSATION_CLIPS)},
     )
     entropy_bonus_integral_error: str = field(
