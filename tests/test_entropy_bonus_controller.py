@@ -425,9 +425,7 @@ def test_symmetric_compensation_reaches_as_far_down_as_up():
 def test_hold_symmetric_kicks_symmetrically_on_a_held_target_and_within_the_bounds_while_it_falls():
     """"hold_symmetric": the same applied coefficients as "symmetric" while the target holds (so a held target's
     runs are unchanged), and as "bounds" while it falls."""
-    sym, up_down = _swing("symmetric")
-    hold, same = _swing("hold_symmetric")
-    assert same == up_down
+    assert _swing("hold_symmetric")[1] == _swing("symmetric")[1]
     readings = (0.1,) * 12 + (3.0,) * 12
     falling = [1.0 - 0.01 * i for i in range(len(readings))]
     runs = {}
