@@ -494,8 +494,8 @@ class EntropyBonusController:
                                            and anneal_min <= 0.0):
             raise ValueError(f"entropy_bonus_anneal_min must be a finite number <= 0 or None, got {anneal_min!r}.")
         self.anneal_min = None if anneal_min is None else float(anneal_min)
-        self.annealing = False  # whether the last update's target fell (the anneal bound applied)
-        self.falling = False  # whether the last update's target fell (where "hold_symmetric" limits the kick)
+        self.falling = False  # whether the last update's target fell ("hold_symmetric" keeps the kick in the bounds)
+        self.annealing = False  # falling, with anneal_min set: the anneal bound applied
         self.kp, self.ki, self.kff = float(kp), float(ki), float(kff)
         self.c_min, self.c_max = float(c_min), float(c_max)
         self.bound_limit, self.bound_patience = limit, int(bound_patience)
@@ -609,7 +609,6 @@ class EntropyBonusController:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
         # the anneal's bound is a choice, not a sign that the knob's scale is too small: it does not grow
         self._grow_bounds(pushing_past and not (self.annealing and self.error < 0))
-        self.falling = slope < 0.0  # the target falls: "hold_symmetric" keeps the kick within the bounds (step 6)
         self.value = self._compensate(self.law, low)
         self._applied(self.value)
         return self.value
@@ -656,8 +655,9 @@ class EntropyBonusController:
     def low_bound(self, slope: float) -> float:
         """The coefficient's lower bound for an update whose target moved by ``slope``: ``c_min``, or, with
         ``anneal_min`` set and the target falling, ``max(c_min, anneal_min)`` (step 7 of the class docstring).
-        Sets :attr:`annealing`."""
-        self.annealing = self.anneal_min is not None and slope < 0.0
+        Sets :attr:`falling` and :attr:`annealing`."""
+        self.falling = slope < 0.0
+        self.annealing = self.anneal_min is not None and self.falling
         return max(self.c_min, self.anneal_min) if self.annealing else self.c_min
 
     def _compensate(self, law: float, low: float) -> float:
