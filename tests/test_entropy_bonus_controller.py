@@ -698,3 +698,103 @@ def test_the_horizons_target_holds_an_anneal_on_the_simulated_plant():
                 for s in range(3)]
         assert sum(errs) / 3 < 0.10
 
+
+
+def test_signal_fraction_is_smoothed_and_bad_values_ignored():
+    c = EntropyBonusController()
+    assert c.signal is None
+    c.note_signal(0.5)  # the first value is taken as it is
+    assert c.signal == 0.5
+    c.note_signal(0.0)
+    assert c.signal == pytest.approx(0.9 * 0.5)  # weight SIGNAL_SMOOTHING (0.1) on the newest step
+    for bad in (math.nan, math.inf, -0.1, 1.5, None, "0.5"):
+        c.note_signal(bad)
+    assert c.signal == pytest.approx(0.45)
+
+
+def test_signal_scaling_multiplies_the_integral_by_the_fractions_ratio_by_hand():
+    c = make(integral_scale="signal")
+    c.note_signal(0.6)
+    c.update(0.5, 1.0)  # integral 0.005 * 0.5
+    assert c.integral == pytest.approx(0.0025)
+    c.note_signal(0.1)  # smoothed 0.9 * 0.6 + 0.1 * 0.1 = 0.55: the integral scales by 0.55 / 0.6 at once
+    assert c.signal == pytest.approx(0.55)
+    assert c.integral == pytest.approx(0.0025 * 0.55 / 0.6)
+    off = make()  # "none": the fraction is followed (and logged) but the integral is left as it is
+    off.note_signal(0.6)
+    off.update(0.5, 1.0)
+    off.note_signal(0.1)
+    assert off.signal == pytest.approx(0.55) and off.integral == pytest.approx(0.0025)
+
+
+def test_signal_scaling_floors_the_fraction_keeps_the_bounds_and_returns_with_the_fraction():
+    c = make(integral_scale="signal", c_max=0.1)
+    c.note_signal(1.0)
+    for _ in range(100):
+        c.update(0.0, 1.0)
+    top = c.integral  # where conditional integration stops it (the output at the bound)
+    assert 0 < top <= 0.1
+    for _ in range(200):
+        c.note_signal(0.0)  # every group solved: no pull, the balancing coefficient shrinks with it
+    assert c.signal < 0.05 and c.integral == pytest.approx(top * 0.05)  # floored at SIGNAL_FLOOR, not 0
+    c.note_signal(1.0)  # a jump back up is followed by the smoothed fraction, within the upper bound
+    assert c.integral <= 0.1 + 1e-12
+    c = make(integral_scale="signal", c_max=0.1)
+    c.update(0.5, 1.0)
+    for f in (0.5, 0.2, 0.35, 0.5):  # telescoping: back at the same fraction, the integral is where it was
+        c.note_signal(f)
+    first = c.signal
+    before = c.integral
+    for f in (0.1, 0.9, 0.3):
+        c.note_signal(f)
+    for _ in range(300):
+        c.note_signal(first)
+    assert c.integral == pytest.approx(before * max(c.signal, 0.05) / max(first, 0.05))
+
+
+def test_signal_scaling_is_validated_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="entropy_bonus_integral_scale"):
+        EntropyBonusController(integral_scale="signals")
+    assert EntropyBonusController().state_dict()["config"]["integral_scale"] == "none"
+    rng = random.Random(2)
+    seq = [(rng.uniform(0.3, 1.8), 1.0, rng.choice([0.0, 1 / 3, 2 / 3, 1.0])) for _ in range(40)]
+    a = EntropyBonusController(integral_scale="signal")
+
+    def step(c, m, t, f):
+        c.note_signal(f)
+        return c.update(m, t)
+
+    for m, t, f in seq[:20]:
+        step(a, m, t, f)
+    b = EntropyBonusController(integral_scale="signal")
+    b.load_state_dict(a.state_dict())
+    assert b.signal == a.signal
+    assert [step(a, *x) for x in seq[20:]] == [step(b, *x) for x in seq[20:]]
+
+
+def test_signal_scaling_follows_a_pull_that_shrinks_with_the_solved_groups_on_the_simulated_plant():
+    """The plant of ``simulate`` with its pull proportional to the share of unsolved groups, which falls from 0.6 to
+    0.2 over the run, read as 3 groups a step: the scaled integral holds the target closer than the integral
+    alone, which lags the shrinking pull and leaves entropy above the target."""
+
+    def run(scale, seed):
+        rng = random.Random(seed)
+        c = EntropyBonusController(integral_scale=scale)
+        h, coef, lagged, errors, signed = 1.2, 0.0, 0.0, [], []
+        for t in range(150):
+            share = 0.6 - 0.4 * t / 149
+            groups = sum(rng.random() < share for _ in range(3)) / 3
+            drift = 0.1 * groups / 0.6 + 0.08 * math.exp(-t / 10)
+            lagged = 0.5 * lagged + 0.5 * coef
+            h = min(4.0, max(0.02, h * (1 - drift + 0.6 * lagged)))
+            c.note_signal(groups)
+            coef = c.update(max(0.0, h * (1 + rng.gauss(0.0, 0.1))), 1.0)
+            if t >= 30:
+                errors.append(abs(h - 1.0))
+                signed.append(h - 1.0)
+        return sum(errors) / len(errors), sum(signed) / len(signed)
+
+    plain = [run("none", s) for s in range(6)]
+    scaled = [run("signal", s) for s in range(6)]
+    assert sum(e for e, _ in scaled) < sum(e for e, _ in plain)
+    assert sum(b for _, b in scaled) < sum(b for _, b in plain)  # less of the lagging integral's excess

@@ -196,6 +196,11 @@ class EntropyControl:
         """With ``uses_pull_sums``, called just before :meth:`observe` with the step's two global pull sums
         (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`) and their token count. Default: ignored."""
 
+    def note_signal(self, fraction: float) -> None:
+        """With ``uses_pull_sums``, called just after :meth:`note_pull` with the step's global signal fraction: the
+        share of its tokens with a non-zero advantage (:func:`~trl_entropy.scheduling.measurement.signal_token_count`;
+        NaN where it was not counted on every micro-batch). Default: ignored."""
+
     @property
     def knob(self) -> float | None:
         return None
@@ -923,6 +928,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         pull_gain=args.entropy_bonus_pull_gain,
         pull_smoothing=args.entropy_bonus_pull_smoothing,
         target_lookahead=args.entropy_bonus_target_lookahead,
+        integral_scale=args.entropy_bonus_integral_scale,
     )
 
 
@@ -991,6 +997,9 @@ class EntropyBonusControl(ControllerControl):
     def note_pull(self, cov, var, count=None):
         self.controller.note_pull(cov, var, count)
 
+    def note_signal(self, fraction):
+        self.controller.note_signal(fraction)
+
     def observe(self, measured, target):
         if target is not None:
             self.controller.update(measured, target)
@@ -1011,13 +1020,16 @@ class EntropyBonusControl(ControllerControl):
 def _pull_metrics(c: EntropyBonusController) -> dict[str, float]:
     """``bonus_pull``: the coefficient that balances the policy gradient's pull on entropy (once measured);
     ``bonus_pull_term``: the part of the law it set (only with ``entropy_bonus_pull_gain > 0``);
-    ``bonus_varentropy``: the token mean of ``(log p + H)^2``."""
+    ``bonus_varentropy``: the token mean of ``(log p + H)^2``; ``bonus_signal_fraction``: the smoothed share of
+    tokens with a non-zero advantage."""
     pull = c.pull_coefficient
     out = {} if pull is None else {"bonus_pull": pull}
     if pull is not None and c.pull_gain > 0:
         out["bonus_pull_term"] = c.pull_term
     if c.varentropy is not None:
         out["bonus_varentropy"] = c.varentropy
+    if c.signal is not None:
+        out["bonus_signal_fraction"] = c.signal
     return out
 
 
@@ -1139,6 +1151,10 @@ class AssistedControl:
     def note_pull(self, cov, var, count=None):
         self.inner.note_pull(cov, var, count)
         self.bonus.note_pull(cov, var, count)
+
+    def note_signal(self, fraction):
+        self.inner.note_signal(fraction)
+        self.bonus.note_signal(fraction)
 
     def observe(self, measured, target):
         self.inner.observe(measured, target)

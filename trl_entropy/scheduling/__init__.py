@@ -14,6 +14,7 @@ from .measurement import (
     generation_batch_entropy,
     policy_token_weights,
     pull_coefficient,
+    signal_token_count,
 )
 from .schedules import (
     CallableSchedule,
@@ -50,4 +51,5 @@ __all__ = [
     "entropy_pull_sums",
     "policy_token_weights",
     "pull_coefficient",
+    "signal_token_count",
 ]

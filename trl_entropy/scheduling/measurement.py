@@ -20,7 +20,8 @@ import math
 
 import torch
 
-__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "policy_token_weights", "pull_coefficient"]
+__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "policy_token_weights", "pull_coefficient",
+           "signal_token_count"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -108,6 +109,20 @@ def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: 
         adv = adv.unsqueeze(1)
     weighted = m if policy_weights is None else m * policy_weights.to(m)
     return torch.stack([(centred * adv * weighted).sum(), (centred * centred * m).sum()])
+
+
+def signal_token_count(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``sum(m * [A != 0])`` over one micro-batch (float32, a 0-d tensor): the tokens the policy gradient acts on.
+
+    A group whose rewards are all equal has advantage 0 on every token, so it pulls on entropy neither way, while an
+    entropy bonus acts on every token alike. Divided by ``sum(m)`` (summed over micro-batches and processes), it is
+    the step's *signal fraction*, by which the coefficient that balances the pull scales
+    (``entropy_bonus_integral_scale="signal"``). ``advantages`` (B,), (B, 1) or (B, T); ``mask`` (B, T)."""
+    m = mask.to(torch.float32)
+    adv = advantages.detach()
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)
+    return (m * (adv != 0).to(torch.float32)).sum()
 
 
 def pull_coefficient(cov: float, var: float) -> float | None:

@@ -346,6 +346,15 @@ class GRPOEntropyConfig(GRPOConfig):
             identical on a constant target. On a moving one, `"step"` reads entropy that follows the target as
             `horizon - 1` slopes off it and pushes against the schedule (on SmolLM2's anneal it held the bonus up
             while entropy ended 0.11 nats above its target; docs: benchmarks, the anneal's look-ahead).
+        entropy_bonus_integral_scale (`str`, *optional*, defaults to `"none"`):
+            Whether the law's integral follows the *signal fraction*, the share of the step's tokens with a
+            non-zero advantage (logged as `entropy_control/bonus_signal_fraction`, smoothed over ~10 steps):
+            `"none"`, or `"signal"`, which multiplies the integral by each change of that fraction. Why: a group
+            whose rewards are all equal has advantage 0 and pulls on entropy neither way, while the bonus acts on
+            every token, so the coefficient that balances the policy gradient's pull shrinks as more groups are
+            solved. The integral alone follows that decline a ramp's lag behind (on SmolLM2 it fell from 0.12 to
+            0.07 over steps 40-100 while the fraction fell from 0.54 to 0.29, and entropy stood ~4% above a held
+            target meanwhile).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -647,6 +656,13 @@ class GRPOEntropyConfig(GRPOConfig):
                   "(the target entropy_bonus_horizon steps ahead, along its slope: the step the prediction is for) "
                   "or 'step' (the next step's target: the law until 2026-11-27). Identical on a constant target.",
                   "choices": list(EntropyBonusController.TARGET_LOOKAHEADS)},
+    )
+    entropy_bonus_integral_scale: str = field(
+        default="none",
+        metadata={"help": "Entropy bonus: 'signal' multiplies the law's integral by each change of the signal "
+                  "fraction (the smoothed share of tokens with a non-zero advantage), whose pull on entropy the "
+                  "integral balances; 'none' leaves the integral to follow it on its own.",
+                  "choices": list(EntropyBonusController.INTEGRAL_SCALES)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1137,6 +1153,7 @@ class GRPOEntropyConfig(GRPOConfig):
                 stacklevel=3,
             )
         self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
+        self._validate_choice("entropy_bonus_integral_scale", EntropyBonusController.INTEGRAL_SCALES)
         self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)

@@ -66,7 +66,13 @@ from ..losses.policy_loss import (
 )
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
-from ..scheduling.measurement import entropy_pull_sums, entropy_sums, generation_batch_entropy, policy_token_weights
+from ..scheduling.measurement import (
+    entropy_pull_sums,
+    entropy_sums,
+    generation_batch_entropy,
+    policy_token_weights,
+    signal_token_count,
+)
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
@@ -229,6 +235,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known) over this step's micro-batches
         self._ec_window: torch.Tensor | None = None
         self._ec_pull = (0.0, 0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums) and token count
+        self._ec_signal = math.nan  # the last step's global signal fraction (signal_token_count / tokens)
         self._ec_generation_entropy: float | None = None  # the buffered generation batch's mean H_gen (global)
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
@@ -769,31 +776,37 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 pull = None
                 if getattr(control, "uses_pull_sums", False) and logps is not None and logps.shape == mask.shape:
                     weights = policy_token_weights(mask, self.loss_type, self.args.max_completion_length)
-                    pull = entropy_pull_sums(logps, entropies, inputs["advantages"], mask, weights)
+                    pull = torch.cat([entropy_pull_sums(logps, entropies, inputs["advantages"], mask, weights),
+                                      signal_token_count(inputs["advantages"], mask).reshape(1),
+                                      mask.float().sum().reshape(1)])
                 self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), pull)
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()
         return loss
 
     def _accumulate_entropy(self, entropies: torch.Tensor, mask: torch.Tensor, generation=None, pull=None) -> None:
-        """Add one micro-batch to the step's sums: `entropy_sums` (4) then `entropy_pull_sums` (2; zeros when
-        ``pull`` is None), one vector so that the step takes one collective."""
+        """Add one micro-batch to the step's sums: `entropy_sums` (4) then `entropy_pull_sums` (2),
+        `signal_token_count` and the tokens it counted over (zeros when ``pull`` is None), one vector so that the
+        step takes one collective."""
         stats = entropy_sums(entropies, mask, generation)
-        stats = torch.cat([stats, torch.zeros(2, dtype=stats.dtype, device=stats.device) if pull is None
+        stats = torch.cat([stats, torch.zeros(4, dtype=stats.dtype, device=stats.device) if pull is None
                            else pull.to(device=stats.device, dtype=stats.dtype)])
         self._ec_window = stats if self._ec_window is None else self._ec_window + stats
 
     def _reduce_window(self) -> tuple[float, float, float | None]:
         """All-reduce this step's sums (`_accumulate_entropy`); returns (measured entropy, token count, the
-        generation-batch estimate or ``None``), global, and keeps the global pull sums and token count in `_ec_pull`."""
+        generation-batch estimate or ``None``), global, and keeps the global pull sums and token count in `_ec_pull`
+        and the signal fraction in `_ec_signal`."""
         window = self._ec_window
         if window is None:
-            window = torch.zeros(6, device=self.accelerator.device)
+            window = torch.zeros(8, device=self.accelerator.device)
         self._ec_window = None
         totals = self.accelerator.reduce(window, reduction="sum").tolist()  # one device-to-host copy
         count = float(totals[1])
         measured = float(totals[0]) / count if count > 0 else float("nan")
         self._ec_pull = (float(totals[4]), float(totals[5]), count)
+        # the signal fraction only where every micro-batch counted it (a partial count would read as a low one)
+        self._ec_signal = float(totals[6]) / count if count > 0 and abs(totals[7] - count) <= 1e-6 * count else math.nan
         return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4])
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
@@ -848,6 +861,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             control.note_step_reading(measured)  # e.g. the bonus's noise cap reads the step's own noise
         if getattr(control, "uses_pull_sums", False):
             control.note_pull(*self._ec_pull)  # the same global sums on every rank
+            control.note_signal(self._ec_signal)
         control.observe(acted_on, target)
         for key, value in control.metrics().items():
             log_metric(self, METRIC_PREFIX + key, value)

@@ -1,0 +1,112 @@
+"""The signal fraction (the share of a step's tokens with a non-zero advantage): its sum by hand, what the trainer
+hands the bonus's controller through TRL's real loop, and ``entropy_bonus_integral_scale`` in the config."""
+
+import math
+
+import pytest
+import torch
+from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
+
+from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+from trl_entropy.scheduling import signal_token_count
+
+
+def test_signal_token_count_by_hand():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    adv = torch.tensor([0.5, 0.0, -1.0])  # per sequence: rows 0 and 2 carry a signal, 2 + 3 tokens
+    assert float(signal_token_count(adv, mask)) == 5.0
+    assert float(signal_token_count(adv[:, None], mask)) == 5.0
+    per_token = torch.tensor([[0.5, 0.0, 0.5], [1.0, 1.0, 1.0], [0.0, 0.0, -1.0]])  # (B, T): token by token
+    assert float(signal_token_count(per_token, mask)) == 1.0 + 1.0 + 1.0
+    weights = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [0.25, 0.25, 0.25]])  # a weighted mask
+    assert float(signal_token_count(adv, weights)) == pytest.approx(1.0 + 0.75)
+    assert float(signal_token_count(torch.zeros(3), mask)) == 0.0
+
+
+def steps_signal(trainer) -> list[float]:
+    """Record each optimizer step's signal fraction as the trainer computed it, and, independently, the share of
+    tokens with a non-zero advantage in the micro-batches TRL's loss saw during that step."""
+    seen, expected, micro = [], [], []
+    compute, reduce_window = trainer._compute_loss, trainer._reduce_window
+
+    def recording_loss(model, inputs):
+        if trainer.model.training:
+            mask = inputs["completion_mask"].float()
+            adv = inputs["advantages"].reshape(len(mask), -1)
+            micro.append((float((mask * (adv != 0)).sum()), float(mask.sum())))
+        return compute(model, inputs)
+
+    def recording_reduce():
+        out = reduce_window()
+        seen.append(trainer._ec_signal)
+        expected.append(sum(a for a, _ in micro) / sum(n for _, n in micro))
+        micro.clear()
+        return out
+
+    trainer._compute_loss, trainer._reduce_window = recording_loss, recording_reduce
+    return seen, expected
+
+
+@pytest.mark.parametrize("scale", ["none", "signal"])
+def test_through_trl_the_controller_gets_each_steps_signal_fraction(tmp_path, scale):
+    """Two micro-batches a step, off-policy: the fraction the controller is given is the step's share of tokens with
+    a non-zero advantage, summed over both loss forwards; it is smoothed and logged as
+    ``entropy_control/bonus_signal_fraction``; with ``"signal"`` the integral follows it."""
+    args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=4,
+                     learning_rate=1e-2, per_device_train_batch_size=8, steps_per_generation=2,
+                     gradient_accumulation_steps=2, entropy_bonus_integral_scale=scale)
+    trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    controller = trainer.entropy_control.controller
+    assert controller.integral_scale == scale
+    noted, note = [], controller.note_signal
+    controller.note_signal = lambda f: (noted.append(f), note(f))
+    seen, expected = steps_signal(trainer)
+    trainer.train()
+    assert len(seen) == len(noted) == 4
+    assert seen == pytest.approx(expected, rel=1e-6) and noted == seen
+    assert 0.0 < sum(seen) / 4 < 1.0  # count_ones gives some groups a signal and some none
+    smoothed = seen[0]
+    logged = [h["entropy_control/bonus_signal_fraction"] for h in trainer.state.log_history
+              if "entropy_control/bonus_signal_fraction" in h]
+    want = [smoothed]
+    for f in seen[1:]:
+        smoothed = 0.9 * smoothed + 0.1 * f
+        want.append(smoothed)
+    assert logged == pytest.approx(want, rel=1e-6)
+
+
+def test_a_constant_reward_gives_a_zero_signal(tmp_path):
+    args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=2,
+                     entropy_bonus_integral_scale="signal")
+    trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=lambda completions, **kw: [1.0] * len(completions),
+                                 args=args, train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    trainer.train()
+    logged = [h["entropy_control/bonus_signal_fraction"] for h in trainer.state.log_history
+              if "entropy_control/bonus_signal_fraction" in h]
+    assert logged == [0.0, 0.0]
+    assert all(math.isfinite(h.get("loss", 0.0)) for h in trainer.state.log_history)
+
+
+def test_the_config_refuses_an_unknown_scale_and_defaults_to_none(tmp_path):
+    with pytest.raises(ValueError, match="entropy_bonus_integral_scale must be one of"):
+        GRPOEntropyConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, entropy_control="entropy_bonus",
+                          entropy_schedule_start=1.0, entropy_bonus_integral_scale="signals")
+    args = GRPOEntropyConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, entropy_control="entropy_bonus",
+                             entropy_schedule_start=1.0)
+    assert args.entropy_bonus_integral_scale == "none"
+
+
+def test_the_assist_s_bonus_gets_the_signal_too(tmp_path):
+    args = tiny_args(tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=2.6, max_steps=2,
+                     adaptive_clip_window=1, adaptive_clip_max=0.2, entropy_bonus_assist=True,
+                     entropy_bonus_assist_window=1, per_device_train_batch_size=8, steps_per_generation=2,
+                     entropy_bonus_integral_scale="signal")
+    trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
+                                 train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    trainer.train()
+    bonus = trainer.entropy_control.bonus
+    assert bonus.integral_scale == "signal" and bonus.signal is not None
+    logged = [h["entropy_control/bonus_signal_fraction"] for h in trainer.state.log_history
+              if "entropy_control/bonus_signal_fraction" in h]
+    assert len(logged) == 2 and logged[-1] == pytest.approx(bonus.signal)
