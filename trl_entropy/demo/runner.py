@@ -262,7 +262,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
                   "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale",
                   "entropy_control/measured_generation_batch", "entropy_control/bonus_pull",
                   "entropy_control/bonus_integral", "entropy_control/bonus_law",
-                  "entropy_control/bonus_varentropy")
+                  "entropy_control/bonus_varentropy", "entropy_control/bonus_signal_fraction")
     return {
         "method": name,
         "description": description,
