@@ -395,3 +395,31 @@ def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_group
     with pytest.raises(SystemExit):  # a misspelt label: an error naming the labels there are, not an empty row
         paired.main(["--a", "hold/new", "--b", "hold/olld", "--group", "one", str(paths[0]), "0-2"])
     assert "hold/old again" in capsys.readouterr().err
+
+
+def test_error_budget_splits_the_metric_by_phase_and_finds_the_noise_floor(tmp_path, capsys):
+    import random
+
+    import error_budget
+
+    target = [1.0] * 100
+    dip_then_excess = [1.0] * 20 + [0.8] * 20 + [1.1] * 60  # a dip, then a standing excess
+    budget = error_budget.phase_budget(dip_then_excess, target, [20, 40, 70, 100])
+    assert sum(share for share, _, _ in budget) == pytest.approx(tracking.smoothed_error(dip_then_excess, target))
+    assert budget[2][1] == pytest.approx(0.1) and budget[2][2] == pytest.approx(0.1)  # all excess: offset = error
+    assert budget[0][2] < 0  # the dip's offset is below the target
+    rng = random.Random(0)
+    noisy = [1.0 + 0.2 * rng.gauss(0, 1) for _ in range(2000)]
+    assert error_budget.white_noise_sigma(noisy, [1.0] * 2000) == pytest.approx(0.2, rel=0.1)
+    assert error_budget.noise_floor(0.0, target) == 0.0
+    floor = error_budget.noise_floor(0.2, target)  # MA10 of white noise: ~0.8 * 0.2 / sqrt(10)
+    assert floor == pytest.approx(0.8 * 0.2 / math.sqrt(10), rel=0.15)
+    rows = [{"key": f"k{s}", "label": "hold/x", "seed": s, "measured": dip_then_excess, "target": target,
+             "final_eval": {"train_sampled": 0.5}} for s in (0, 1)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    error_budget.main(["--results", str(path), "--label", "hold/x", "--seeds", "0-1"])
+    out = capsys.readouterr().out
+    assert "2 seeds" in out and "| mean |" in out
+    with pytest.raises(SystemExit, match="no cached run"):
+        error_budget.main(["--results", str(path), "--label", "hold/y", "--seeds", "0-1"])

@@ -1,0 +1,107 @@
+"""Where a law's tracking error comes from: the tracking table's metric split by phase of the run, each phase's signed
+offset, and the floor that the measurement's own noise puts under the metric.
+
+    python benchmarks/error_budget.py --results benchmarks/results/tracking_smollm2.jsonl \\
+        --label "hold/entropy_bonus YLI" --seeds 0-17 [--phases 20,40,70,100]
+
+Reads the cache of ``tracking.py`` only; trains nothing. The metric (``tracking.smoothed_error``) is the mean, over
+the steps after the first 20%, of ``|MA10(measured) - MA10(target)| / MA10(target)``; that mean is the weighted sum
+of its means over consecutive phases, so each phase's *share* (its mean times its fraction of the scored steps) adds
+up to the metric. The signed offset is the same mean without the absolute value: a phase whose error is mostly one
+sign (the early dip, a standing excess) has an offset close to its error; one that only swings has an offset near 0.
+
+**The noise floor.** A perfect control would leave the per-step reading's own sampling noise: white noise of the
+run's relative size ``sigma``, averaged over 10 steps, still scores ``~0.8 * sigma / sqrt(10)``. ``sigma`` is read
+off each run by second differences (``var(x[t+1] - 2 x[t] + x[t-1]) = 6 sigma^2`` for white noise; the entropy's
+own slow moves hardly enter), over the steps scored, and the floor is the metric of ``target * (1 + sigma * N(0, 1))``
+averaged over 200 draws. Printed per run and as the mean; no law can score below it on that run's measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _runs import moving_average  # noqa: E402
+from paired import evaluated_runs, parse_seeds  # noqa: E402
+from tracking import smoothed_error  # noqa: E402
+
+WINDOW, SKIP = 10, 0.2  # the tracking table's metric
+
+
+def phase_budget(measured, target, edges) -> list[tuple[float, float, float]]:
+    """Per phase ``[edges[i], edges[i+1])`` of step indices (clipped to the scored steps): ``(share, error,
+    offset)``, with ``share`` the phase's part of :func:`tracking.smoothed_error` (the shares sum to it), ``error``
+    and ``offset`` the phase's mean absolute and signed relative error of the two moving averages."""
+    m, t = moving_average(measured, WINDOW), moving_average(target, WINDOW)
+    signed = [(a - b) / b if a is not None and b is not None and b > 0 else None for a, b in zip(m, t)]
+    first = int(len(signed) * SKIP)
+    scored = [i for i in range(first, len(signed)) if signed[i] is not None]
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        idx = [i for i in scored if max(lo, first) <= i < hi]
+        if not idx:
+            out.append((0.0, math.nan, math.nan))
+            continue
+        err = statistics.mean(abs(signed[i]) for i in idx)
+        out.append((err * len(idx) / len(scored), err, statistics.mean(signed[i] for i in idx)))
+    return out
+
+
+def white_noise_sigma(measured, target) -> float:
+    """The per-step reading's relative noise, by second differences over the scored steps."""
+    first = max(1, int(len(measured) * SKIP))
+    d2 = [(measured[i + 1] - 2 * measured[i] + measured[i - 1]) / target[i]
+          for i in range(first, len(measured) - 1)
+          if None not in (measured[i - 1], measured[i], measured[i + 1]) and target[i]]
+    return math.sqrt(statistics.mean(x * x for x in d2) / 6) if d2 else math.nan
+
+
+def noise_floor(sigma: float, target, draws: int = 200, seed: int = 0) -> float:
+    """The metric of a perfect control whose reading carries white relative noise ``sigma``."""
+    rng = random.Random(seed)
+    return statistics.mean(smoothed_error([t * (1 + sigma * rng.gauss(0, 1)) for t in target], target)
+                           for _ in range(draws))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", required=True)
+    p.add_argument("--label", required=True, help="e.g. 'hold/entropy_bonus YLI'")
+    p.add_argument("--seeds", required=True, help="'0-9,12'")
+    p.add_argument("--phases", default="20,40,70,100", help="phase edges, step indices")
+    a = p.parse_args(argv)
+    runs = evaluated_runs(a.results)
+    edges = [int(x) for x in a.phases.split(",")]
+    seeds = [s for s in parse_seeds(a.seeds) if (a.label, s) in runs]
+    if not seeds:
+        raise SystemExit(f"no cached run of {a.label!r} with a final evaluation on those seeds")
+    names = [f"steps {lo + 1}-{hi}" for lo, hi in zip(edges, edges[1:])]
+    print(f"{a.label}, {len(seeds)} seeds: the metric split by phase (mean over seeds; in %)\n")
+    print("| seed | metric | " + " | ".join(f"{n}: share / error / offset" for n in names) + " | noise sigma | floor |")
+    print("|---|---|" + "---|" * len(names) + "---|---|")
+    rows = []
+    for s in seeds:
+        r = runs[(a.label, s)]
+        metric = smoothed_error(r["measured"], r["target"])
+        budget = phase_budget(r["measured"], r["target"], edges)
+        sigma = white_noise_sigma(r["measured"], r["target"])
+        floor = noise_floor(sigma, r["target"], seed=s)
+        rows.append((metric, budget, sigma, floor))
+        cells = " | ".join(f"{100 * sh:.1f} / {100 * e:.1f} / {100 * o:+.1f}" for sh, e, o in budget)
+        print(f"| {s} | {100 * metric:.1f} | {cells} | {100 * sigma:.1f} | {100 * floor:.1f} |")
+    mean = statistics.mean
+    cells = " | ".join(
+        f"{100 * mean(r[1][k][0] for r in rows):.1f} / {100 * mean(r[1][k][1] for r in rows):.1f} / "
+        f"{100 * mean(r[1][k][2] for r in rows):+.1f}" for k in range(len(names)))
+    print(f"| mean | {100 * mean(r[0] for r in rows):.1f} | {cells} | {100 * mean(r[2] for r in rows):.1f} | "
+          f"{100 * mean(r[3] for r in rows):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
