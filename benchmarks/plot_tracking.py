@@ -98,7 +98,9 @@ def main(argv=None) -> None:
             if all(k and all(v is not None for v in k) for k in knobs):
                 _curve(ax_k, steps, knobs, label(method), color, 1.0, band=False)
             _curve(ax_r, steps, [moving_average(r["reward"]) for r in rows], label(method), color, 1.2)
-        where = f"mean ± sd over seeds {a.seeds}" if len(seeds) > 1 else f"seed {a.seed}"
+        contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+        shown = f"{seeds[0]}–{seeds[-1]}" if contiguous and len(seeds) > 2 else a.seeds
+        where = f"mean ± sd over seeds {shown}" if len(seeds) > 1 else f"seed {a.seed}"
         ax_h.set_title(f"{target_name}, {where}", fontsize=10)
         ax_h.set_ylabel("entropy (nats, MA10)")
         ax_k.set_ylabel("entropy_coef")
@@ -106,8 +108,9 @@ def main(argv=None) -> None:
         ax_r.set_xlabel("optimizer step")
         ax_k.axhline(0.0, color="grey", linewidth=0.6)
     handles, labels = axes[0, 0].get_legend_handles_labels()  # one legend above the panels, over no data
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    narrow = len(a.targets) == 1  # one column: one legend entry a line
+    fig.legend(handles, labels, loc="upper center", ncol=1 if narrow else len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.92 if narrow else 0.95))
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     fig.savefig(a.out, dpi=110)  # not save_figure: its tight_layout would undo the room left for the legend
     print(a.out)
