@@ -413,14 +413,14 @@ class EntropyBonusController:
        equal has advantage 0 and pulls on entropy neither way while the bonus acts on every token, so the
        coefficient the integral converges to shrinks as the policy solves more groups. The integral alone follows
        that decline a ramp's lag behind: on SmolLM2's held target it fell from 0.12 to 0.07 over steps 40-100 while
-       the fraction fell from 0.54 to 0.29 (their ratio stayed within 0.20-0.24), and entropy stood ~4% above the
-       target meanwhile, just the error at which ``ki`` moves the integral that fast. Scaled, the integral holds
-       the balancing coefficient per unit of signal; where the pull does not scale with the fraction it costs
-       little (the simulated plant: 0.1-0.2 points). Measured on SmolLM2 (CPU, against the defaults; hold seeds
-       0-5, WSD 0-1): the integral over the last 30 steps fell from 0.073 to 0.048 as built, but the applied
-       coefficient barely moved (0.072 to 0.066; the proportional term made up the difference) and the excess
-       stayed; error -0.2 +- 1.2 points pooled, so it is not the default (docs: benchmarks, the integral scaled by
-       the signal fraction).
+       the share of groups with a signal fell from 0.54 to 0.29 (their ratio stayed within 0.20-0.24), and
+       entropy stood ~4% above the target meanwhile, just the error at which ``ki`` moves the integral that fast.
+       Scaled, the integral holds the balancing coefficient per unit of signal; where the pull does not scale
+       with the fraction it costs little (the simulated plant: 0.1-0.2 points). Measured on SmolLM2 (CPU, against
+       the defaults; hold seeds 0-5, WSD 0-1): the integral over the last 30 steps fell from 0.073 to 0.048 as
+       built, but the applied coefficient barely moved (0.072 to 0.066; the proportional term made up the
+       difference) and the excess stayed; error -0.2 +- 1.2 points pooled, so it is not the default (docs:
+       benchmarks, the integral scaled by the signal fraction).
     6. **Momentum compensation** (``momentum_compensation``, 0 to 1): the coefficient reaches the weights through
        the optimizer's gradient average (Adam's ``beta1``: at 0.9 a change arrives over ~10 steps), so a law whose
        output is applied as it is keeps pushing for ~10 steps after it has turned, and the loop swings (measured on

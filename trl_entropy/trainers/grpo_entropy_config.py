@@ -353,8 +353,8 @@ class GRPOEntropyConfig(GRPOConfig):
             whose rewards are all equal has advantage 0 and pulls on entropy neither way, while the bonus acts on
             every token, so the coefficient that balances the policy gradient's pull shrinks as more groups are
             solved. The integral alone follows that decline a ramp's lag behind (on SmolLM2 it fell from 0.12 to
-            0.07 over steps 40-100 while the fraction fell from 0.54 to 0.29, and entropy stood ~4% above a held
-            target meanwhile). Measured there against the defaults (CPU, eight runs): the integral fell as built
+            0.07 over steps 40-100 while the share of groups with a signal fell from 0.54 to 0.29, and entropy
+            stood ~4% above a held target meanwhile). Measured there against the defaults (CPU, eight runs): the integral fell as built
             but the law's proportional term made up the difference, and the error did not move (-0.2 +- 1.2
             points), so it is opt-in (docs: benchmarks, the integral scaled by the signal fraction).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):

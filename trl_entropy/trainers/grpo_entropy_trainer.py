@@ -232,7 +232,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             self._ec_stop_vllm_at_every_eos()
         self._init_fault_handling(args)  # guarded reward functions, fault counters (trainers/faults.py)
         self.entropy_control = build_control(args)
-        # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known) over this step's micro-batches
+        # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known, the two pull sums, Σ mask where A != 0,
+        # Σ mask where the last three were counted) over this step's micro-batches
         self._ec_window: torch.Tensor | None = None
         self._ec_pull = (0.0, 0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums) and token count
         self._ec_signal = math.nan  # the last step's global signal fraction (signal_token_count / tokens)
