@@ -48,11 +48,11 @@ FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_compensation_clip": "bounds", "entropy_bonus_integral_error": "prediction",
                 "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
                 "entropy_bonus_target_lookahead": "step", "entropy_bonus_penalty_scope": "all",
-                "entropy_bonus_integral_scale": "none"}
+                "entropy_bonus_integral_scale": "none", "entropy_bonus_antiwindup": "conditional"}
 
 # Config fields removed after runs were cached, with the value that trained as the package trains now (an option
 # measured and dropped): a run that recorded this value is served; one that recorded another value is not.
-FIELDS_REMOVED = {"entropy_bonus_antiwindup": "conditional"}
+FIELDS_REMOVED: dict = {}  # entropy_bonus_antiwindup was here (removed 2026-11-26, back 2026-11-28 with "upper")
 
 # Fields that act only where the target moves: a change of their default leaves a run on a constant target (every
 # logged target equal) as it was, so such a run is still served.

@@ -274,16 +274,31 @@ def test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero(tmp_path, c
     assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
 
 
-def test_a_removed_field_counts_only_at_a_value_other_than_how_the_package_trains_now():
+def test_a_removed_field_counts_only_at_a_value_other_than_how_the_package_trains_now(monkeypatch):
     import _runs
 
+    # entropy_bonus_antiwindup was such a field from 2026-11-26 until it came back on 2026-11-28
+    monkeypatch.setattr(_runs, "FIELDS_REMOVED", {"entropy_bonus_old_option": "conditional"})
     now = {"entropy_bonus_min": -0.1}
-    kept = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"}}
-    dropped = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "clamp"}}
+    kept = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_old_option": "conditional"}}
+    dropped = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_old_option": "clamp"}}
     assert _runs.changed_defaults(kept, now) == {}
-    assert _runs.changed_defaults(dropped, now) == {"entropy_bonus_antiwindup": ("clamp", None)}
+    assert _runs.changed_defaults(dropped, now) == {"entropy_bonus_old_option": ("clamp", None)}
     # while the field exists, a different value still counts as a change
-    assert _runs.changed_defaults(kept, dict(now, entropy_bonus_antiwindup="clamp")) != {}
+    assert _runs.changed_defaults(kept, dict(now, entropy_bonus_old_option="clamp")) != {}
+
+
+def test_a_run_recorded_with_the_antiwindup_field_before_it_was_removed_is_served_again():
+    """entropy_bonus_antiwindup was removed (2026-11-26) and came back (2026-11-28) with the same default: runs that
+    recorded it, runs that predate it and runs from between all train as the package trains now."""
+    import _runs
+
+    now = {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"}
+    for recorded in ({"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"},
+                     {"entropy_bonus_min": -0.1}):
+        assert _runs.changed_defaults({"package_defaults": recorded}, now) == {}
+    clamp = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "clamp"}}
+    assert _runs.changed_defaults(clamp, now) == {"entropy_bonus_antiwindup": ("clamp", "conditional")}
 
 
 def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():

@@ -367,3 +367,14 @@ def test_the_target_lookahead_field_reaches_the_controller(tmp_path):
 
     assert controller().target_lookahead == "horizon"
     assert controller(entropy_bonus_target_lookahead="step").target_lookahead == "step"
+
+
+def test_the_antiwindup_field_reaches_the_controller_and_is_validated(tmp_path):
+    from trl_entropy.controls import _bonus_controller
+
+    kwargs = dict(entropy_control="entropy_bonus", entropy_schedule_start=1.0)
+    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs))).antiwindup == "conditional"
+    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_antiwindup="upper"))
+    assert _bonus_controller(args).antiwindup == "upper"
+    with pytest.raises(ValueError, match="entropy_bonus_antiwindup"):
+        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_antiwindup="clamp"))

@@ -798,3 +798,48 @@ def test_signal_scaling_follows_a_pull_that_shrinks_with_the_solved_groups_on_th
     scaled = [run("signal", s) for s in range(6)]
     assert sum(e for e, _ in scaled) < sum(e for e, _ in plain)
     assert sum(b for _, b in scaled) < sum(b for _, b in plain)  # less of the lagging integral's excess
+
+
+def _at_the_lower_bound(antiwindup):
+    """A controller whose integral holds a standing bonus of 0.1 and whose reading jumps far above the target, so
+    that the proportional term drives the law to its lower bound (-0.1) with the error negative."""
+    c = EntropyBonusController(antiwindup=antiwindup, adapt_gain=False, momentum_compensation=0.0, kp=2.0)
+    for _ in range(20):
+        c.update(1.0, 1.0)
+    c.integral = 0.1
+    c.update(1.6, 1.0)
+    return c
+
+
+def test_conditional_antiwindup_stops_the_integral_at_the_lower_bound():
+    c = _at_the_lower_bound("conditional")
+    assert c.law == pytest.approx(-0.1) and c.error < 0
+    assert c.integral == pytest.approx(0.1)  # frozen: the overshoot does not reach the integral
+
+
+def test_upper_antiwindup_lets_the_integral_fall_at_the_lower_bound_and_holds_it_within_it():
+    c = _at_the_lower_bound("upper")
+    assert c.law == pytest.approx(-0.1) and c.error < 0
+    level_error = (1.0 - c.level) / 1.0
+    assert c.integral == pytest.approx(0.1 + c.ki * level_error)  # integrated, one step of the level's error
+    for _ in range(200):
+        c.update(3.0, 1.0)
+    assert c.integral == pytest.approx(c.c_min)  # held within the lower bound, never past it
+
+
+def test_upper_antiwindup_still_stops_the_integral_at_the_upper_bound():
+    for antiwindup in ("conditional", "upper"):
+        c = EntropyBonusController(antiwindup=antiwindup, adapt_gain=False, momentum_compensation=0.0, kp=5.0,
+                                   bound_limit=None)
+        c.update(1.0, 1.0)
+        c.integral = 0.3
+        c.update(0.2, 1.0)  # far below the target: the law at +0.5 with the error positive
+        assert c.law == pytest.approx(c.c_max) and c.error > 0
+        assert c.integral == pytest.approx(0.3), antiwindup
+
+
+def test_antiwindup_is_validated_and_kept_in_the_state():
+    with pytest.raises(ValueError, match="entropy_bonus_antiwindup"):
+        EntropyBonusController(antiwindup="clamp")
+    assert EntropyBonusController().state_dict()["config"]["antiwindup"] == "conditional"
+    assert EntropyBonusController(antiwindup="upper").state_dict()["config"]["antiwindup"] == "upper"

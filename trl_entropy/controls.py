@@ -929,6 +929,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         pull_smoothing=args.entropy_bonus_pull_smoothing,
         target_lookahead=args.entropy_bonus_target_lookahead,
         integral_scale=args.entropy_bonus_integral_scale,
+        antiwindup=args.entropy_bonus_antiwindup,
     )
 
 

@@ -407,6 +407,15 @@ class EntropyBonusController:
        CPU seeds of the held target: 10.3% against 11.2%; the first ten showed policies 0.045 +- 0.034 less
        accurate, eight more +0.028 +- 0.022, and over the 33 seeds of both devices -0.006 +- 0.014 (docs:
        benchmarks, the level's integral with the symmetric kick).
+       **Where the integral stops** (``antiwindup``): ``"conditional"`` (the default) at either bound, as above;
+       ``"upper"`` (opt-in) at the upper bound only: at the lower bound, a limit on the penalty rather than the
+       knob's scale (it does not grow while the anneal's bound applies, and is small on purpose), the integral keeps
+       integrating, held within it. Why: the lower bound is reached by the proportional term in an overshoot, not
+       by the integral; on SmolLM2's held target the law sat at -0.1 on ~4% of the steps after step 40, with the
+       reading ~45% above the target on them, so conditional integration hid the largest overshoots from the
+       integral, and entropy stood ~3% above the target over steps 46-100 (docs: benchmarks, the integral at the
+       lower bound). A "clamp" that integrated at both bounds was measured on three seeds with the law of
+       2026-11-26 and not kept (hold 12.0% against 11.7%).
        **Signal scaling** (``integral_scale="signal"``, opt-in): before each update the integral is multiplied by
        the change of the *signal fraction*, the smoothed share of the step's tokens with a non-zero advantage
        (:meth:`note_signal`; floored at ``SIGNAL_FLOOR``), within the bounds. Why: a group whose rewards are all
@@ -459,6 +468,7 @@ class EntropyBonusController:
     TARGET_LOOKAHEADS = ("horizon", "step")  # which step's target the prediction is compared with (step 2)
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     INTEGRAL_SCALES = ("none", "signal")  # whether the integral follows the signal fraction (step 5)
+    ANTIWINDUPS = ("conditional", "upper")  # at which bounds the integral stops (step 5)
     SIGNAL_SMOOTHING = 0.1  # weight of the newest step in the running signal fraction
     SIGNAL_FLOOR = 0.05  # the signal fraction below which the integral is not scaled down further
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
@@ -471,7 +481,10 @@ class EntropyBonusController:
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "symmetric",
                  integral_error: str = "level", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
-                 target_lookahead: str = "horizon", integral_scale: str = "none"):
+                 target_lookahead: str = "horizon", integral_scale: str = "none", antiwindup: str = "conditional"):
+        if antiwindup not in self.ANTIWINDUPS:
+            raise ValueError(f"entropy_bonus_antiwindup must be one of {self.ANTIWINDUPS}, got {antiwindup!r}.")
+        self.antiwindup = antiwindup
         if integral_scale not in self.INTEGRAL_SCALES:
             raise ValueError(f"entropy_bonus_integral_scale must be one of {self.INTEGRAL_SCALES}, got "
                              f"{integral_scale!r}.")
@@ -625,7 +638,7 @@ class EntropyBonusController:
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
             summed = _clipped_relative_error(next_target, self.level)
-        if not self._pushes_past_a_bound(summed, low):
+        if not self._integral_stops(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
@@ -689,6 +702,14 @@ class EntropyBonusController:
         """Whether the law's unclipped output sits at a bound (``c_max``, or ``low``) with ``error`` asking to go
         further (conditional integration, and the bounds' growth)."""
         return (self.raw >= self.c_max and error > 0) or (self.raw <= low and error < 0)
+
+    def _integral_stops(self, error: float, low: float) -> bool:
+        """Whether the integral skips this update (step 5 of the class docstring): the output sits at a bound with
+        ``error`` pushing further (``"conditional"``), or only at the upper bound (``"upper"``; at the lower one the
+        integral keeps integrating, held within it)."""
+        if self.antiwindup == "upper":
+            return self.raw >= self.c_max and error > 0
+        return self._pushes_past_a_bound(error, low)
 
     def low_bound(self, slope: float) -> float:
         """The coefficient's lower bound for an update whose target moved by ``slope``: ``c_min``, or, with
@@ -828,7 +849,7 @@ class EntropyBonusController:
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
                        "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead,
-                       "integral_scale": self.integral_scale},
+                       "integral_scale": self.integral_scale, "antiwindup": self.antiwindup},
         }
 
     def load_state_dict(self, state: dict) -> None:

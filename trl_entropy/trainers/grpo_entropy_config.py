@@ -357,6 +357,14 @@ class GRPOEntropyConfig(GRPOConfig):
             stood ~4% above a held target meanwhile). Measured there against the defaults (CPU, eight runs): the integral fell as built
             but the law's proportional term made up the difference, and the error did not move (-0.2 +- 1.2
             points), so it is opt-in (docs: benchmarks, the integral scaled by the signal fraction).
+        entropy_bonus_antiwindup (`str`, *optional*, defaults to `"conditional"`):
+            Where the law's integral stops: `"conditional"`, at either bound, while the law's output sits there
+            and the error pushes further (so it never winds up against a bound), or `"upper"`, at the upper bound
+            only: at the lower bound, a limit on the penalty rather than the knob's scale, the integral keeps
+            integrating, held within it. Why: on SmolLM2's held target the law sat at the -0.1 bound on ~4% of the
+            steps after step 40, with entropy ~45% above the target on them, so conditional integration hid the
+            largest overshoots from the integral, and entropy stood ~3% above the target. Opt-in, under
+            measurement (docs: benchmarks, the integral at the lower bound).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -665,6 +673,13 @@ class GRPOEntropyConfig(GRPOConfig):
                   "fraction (the smoothed share of tokens with a non-zero advantage), whose pull on entropy the "
                   "integral balances; 'none' leaves the integral to follow it on its own.",
                   "choices": list(EntropyBonusController.INTEGRAL_SCALES)},
+    )
+    entropy_bonus_antiwindup: str = field(
+        default="conditional",
+        metadata={"help": "Entropy bonus: where the law's integral stops: 'conditional', at either bound while the "
+                  "output sits there and the error pushes further; 'upper', only at the upper bound (at the lower, "
+                  "a penalty limit, the integral keeps falling, held within it).",
+                  "choices": list(EntropyBonusController.ANTIWINDUPS)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1156,6 +1171,7 @@ class GRPOEntropyConfig(GRPOConfig):
             )
         self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
         self._validate_choice("entropy_bonus_integral_scale", EntropyBonusController.INTEGRAL_SCALES)
+        self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
         self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
