@@ -213,6 +213,10 @@ LAWS = {
     "today's defaults (the level's integral at ki 0.03, the symmetric kick)": lambda: EntropyBonusController(),
     "today's defaults with the integral scaled by the signal fraction (entropy_bonus_integral_scale='signal')":
         lambda: EntropyBonusController(integral_scale="signal"),
+    "today's defaults with the integral gain 0.045 (\" YLK\" on SmolLM2)": lambda: EntropyBonusController(ki=0.045),
+    "today's defaults with the integral stopped at the upper bound only (entropy_bonus_antiwindup='upper')":
+        lambda: EntropyBonusController(antiwindup="upper"),
+    "both (\" YKU\" on SmolLM2)": lambda: EntropyBonusController(ki=0.045, antiwindup="upper"),
     "today's defaults, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
     "today's defaults with trend smoothing 0.1": lambda: EntropyBonusController(trend_smoothing=0.1),
     "today's defaults with the release-first anneal (entropy_bonus_anneal_min -0.1)":

@@ -15,6 +15,12 @@ run's relative size ``sigma``, averaged over 10 steps, still scores ``~0.8 * sig
 off each run by second differences (``var(x[t+1] - 2 x[t] + x[t-1]) = 6 sigma^2`` for white noise; the entropy's
 own slow moves hardly enter), over the steps scored, and the floor is the metric of ``target * (1 + sigma * N(0, 1))``
 averaged over 200 draws. Printed per run and as the mean; no law can score below it on that run's measurement.
+
+**The integral at the lower bound** (the feedback bonus's runs, which log its law and integral): over the steps
+after ``--from_step``, the share on which the law sat at its lower bound (``--low``, the default bound -0.1), the
+reading's mean relative offset on those steps and on the others, and how far the integral moved on each. With
+conditional integration (``entropy_bonus_antiwindup="conditional"``) the integral stands still on those steps, so
+an overshoot that drives the law to the bound never reaches it.
 """
 
 from __future__ import annotations
@@ -69,12 +75,38 @@ def noise_floor(sigma: float, target, draws: int = 200, seed: int = 0) -> float:
                            for _ in range(draws))
 
 
+LAW, INTEGRAL = "entropy_control/bonus_law", "entropy_control/bonus_integral"
+
+
+def lower_bound_steps(row, low: float = -0.1, start: int = 40):
+    """``(share, offset_at, offset_else, integral_step_at, integral_step_else)`` over steps ``start``.. of a run that
+    logs the bonus's law and integral: the share of steps whose law sat at ``low`` (within 1e-6), the reading's mean
+    relative offset from the target on those steps and on the others, and the integral's mean change from the step
+    before on each. ``None`` for a run without those logs; NaN where a group of steps is empty."""
+    if LAW not in row or INTEGRAL not in row:
+        return None
+    law, integral, measured, target = row[LAW], row[INTEGRAL], row["measured"], row["target"]
+    at, other = [], []
+    for i in range(max(start, 1), len(law)):
+        if None in (law[i], integral[i], integral[i - 1], measured[i]) or not target[i]:
+            continue
+        (at if law[i] <= low + 1e-6 else other).append((measured[i] / target[i] - 1, integral[i] - integral[i - 1]))
+
+    def avg(xs, k):
+        return statistics.mean(x[k] for x in xs) if xs else math.nan
+
+    total = len(at) + len(other)
+    return (len(at) / total if total else math.nan, avg(at, 0), avg(other, 0), avg(at, 1), avg(other, 1))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", required=True)
     p.add_argument("--label", required=True, help="e.g. 'hold/entropy_bonus YLI'")
     p.add_argument("--seeds", required=True, help="'0-9,12'")
     p.add_argument("--phases", default="20,40,70,100", help="phase edges, step indices")
+    p.add_argument("--low", type=float, default=-0.1, help="the bonus's lower bound, for the lower-bound table")
+    p.add_argument("--from_step", type=int, default=40, help="first step index of the lower-bound table")
     a = p.parse_args(argv)
     runs = evaluated_runs(a.results)
     edges = [int(x) for x in a.phases.split(",")]
@@ -101,6 +133,23 @@ def main(argv=None):
         f"{100 * mean(r[1][k][2] for r in rows):+.1f}" for k in range(len(names)))
     print(f"| mean | {100 * mean(r[0] for r in rows):.1f} | {cells} | {100 * mean(r[2] for r in rows):.1f} | "
           f"{100 * mean(r[3] for r in rows):.1f} |")
+    bound = [(s, lower_bound_steps(runs[(a.label, s)], a.low, a.from_step)) for s in seeds]
+    bound = [(s, b) for s, b in bound if b is not None]
+    if not bound:
+        return
+    print(f"\nThe integral at the lower bound ({a.low:g}), steps {a.from_step + 1}-: share of steps with the law there; "
+          "the reading's offset there and elsewhere (%); the integral's mean change per step there and elsewhere\n")
+    print("| seed | share at the bound | offset there | offset elsewhere | integral step there | elsewhere |")
+    print("|---|---|---|---|---|---|")
+    for s, b in bound:
+        print(f"| {s} | {100 * b[0]:.1f}% | {100 * b[1]:+.1f} | {100 * b[2]:+.1f} | {b[3]:+.5f} | {b[4]:+.5f} |")
+
+    def avg(k):  # over the seeds where the value exists
+        xs = [b[k] for _, b in bound if not math.isnan(b[k])]
+        return statistics.mean(xs) if xs else math.nan
+
+    print(f"| mean | {100 * avg(0):.1f}% | {100 * avg(1):+.1f} | {100 * avg(2):+.1f} | {avg(3):+.5f} | "
+          f"{avg(4):+.5f} |")
 
 
 if __name__ == "__main__":

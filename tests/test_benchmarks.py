@@ -438,3 +438,25 @@ def test_error_budget_splits_the_metric_by_phase_and_finds_the_noise_floor(tmp_p
     assert "2 seeds" in out and "| mean |" in out
     with pytest.raises(SystemExit, match="no cached run"):
         error_budget.main(["--results", str(path), "--label", "hold/y", "--seeds", "0-1"])
+
+
+def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_path, capsys):
+    import error_budget
+
+    target = [1.0] * 10
+    measured = [1.0] * 5 + [1.5, 1.5, 1.02, 1.02, 1.02]
+    law = [0.1] * 5 + [-0.1, -0.1, 0.05, 0.05, 0.05]
+    integral = [0.1] * 7 + [0.099, 0.098, 0.097]  # frozen at the bound, falling after it
+    row = {"measured": measured, "target": target, error_budget.LAW: law, error_budget.INTEGRAL: integral}
+    share, at, other, step_at, step_other = error_budget.lower_bound_steps(row, low=-0.1, start=5)
+    assert share == pytest.approx(0.4)
+    assert at == pytest.approx(0.5) and other == pytest.approx(0.02)
+    assert step_at == 0.0 and step_other == pytest.approx(-0.001)
+    assert error_budget.lower_bound_steps({"measured": measured, "target": target}) is None
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"key": "k", "label": "hold/x", "seed": 0, "final_eval": {"train_sampled": 0.5},
+                                **row}) + "\n")
+    error_budget.main(["--results", str(path), "--label", "hold/x", "--seeds", "0", "--from_step", "5",
+                       "--phases", "0,5,10"])
+    out = capsys.readouterr().out
+    assert "The integral at the lower bound (-0.1)" in out and "| 0 | 40.0% | +50.0 | +2.0 |" in out
