@@ -363,8 +363,10 @@ class GRPOEntropyConfig(GRPOConfig):
             only: at the lower bound, a limit on the penalty rather than the knob's scale, the integral keeps
             integrating, held within it. Why: on SmolLM2's held target the law sat at the -0.1 bound on ~4% of the
             steps after step 40, with entropy ~45% above the target on them, so conditional integration hid the
-            largest overshoots from the integral, and entropy stood ~3% above the target. Opt-in, under
-            measurement (docs: benchmarks, the integral at the lower bound).
+            largest overshoots from the integral, and entropy stood ~3% above the target. With
+            `entropy_bonus_ki=0.045`, on six CPU seeds, `"upper"` brought that offset from +4.4% to +1.9%, but one
+            overshoot to twice the target drained the integral and the error did not fall (-0.3 +- 1.5 points), so
+            it is opt-in (docs: benchmarks, the integral at the lower bound).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
