@@ -138,7 +138,8 @@ def main(argv=None):
     if not bound:
         return
     print(f"\nThe integral at the lower bound ({a.low:g}), steps {a.from_step + 1}-: share of steps with the law "
-          "there; the reading's offset there and elsewhere (%); the integral's mean change per step there and elsewhere\n")
+          "there; the reading's offset there and elsewhere (%); the integral's mean change per step there and "
+          "elsewhere\n")
     print("| seed | share at the bound | offset there | offset elsewhere | integral step there | elsewhere |")
     print("|---|---|---|---|---|---|")
     for s, b in bound:

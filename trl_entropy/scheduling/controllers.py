@@ -413,11 +413,12 @@ class EntropyBonusController:
        reached by the proportional term in an overshoot, not by the integral; on SmolLM2's held target the law
        sat at -0.1 on ~4% of the steps after step 40, with the reading ~45% above the target on them, so
        conditional integration hid the largest overshoots from the integral, and entropy stood ~3% above the
-       target over steps 46-100 (docs: benchmarks, the integral at the lower bound). Measured with ``ki=0.045`` on six CPU seeds: the offset over steps 46-100 fell from +4.4% to
-       +1.9%, but on one seed a single overshoot to twice the target drained the integral from +0.12 to -0.09 in
-       five steps (the error clipped only at -1) and the dip that followed cost more than the offset gained (error
-       -0.3 +- 1.5 points), so it is opt-in. A "clamp" that integrated at both bounds was measured on three seeds
-       with the law of 2026-11-26 and not kept (hold 12.0% against 11.7%).
+       target over steps 46-100 (docs: benchmarks, the integral at the lower bound). Measured with ``ki=0.045``
+       on six CPU seeds: the offset over steps 46-100 fell from +4.4% to +1.9%, but on one seed a single
+       overshoot to twice the target drained the integral from +0.12 to -0.09 in five steps (the error clipped
+       only at -1) and the dip that followed cost more than the offset gained (error -0.3 +- 1.5 points), so it
+       is opt-in. A "clamp" that integrated at both bounds was measured on three seeds with the law of 2026-11-26
+       and not kept (hold 12.0% against 11.7%).
        **Signal scaling** (``integral_scale="signal"``, opt-in): before each update the integral is multiplied by
        the change of the *signal fraction*, the smoothed share of the step's tokens with a non-zero advantage
        (:meth:`note_signal`; floored at ``SIGNAL_FLOOR``), within the bounds. Why: a group whose rewards are all
