@@ -378,3 +378,15 @@ def test_the_antiwindup_field_reaches_the_controller_and_is_validated(tmp_path):
     assert _bonus_controller(args).antiwindup == "upper"
     with pytest.raises(ValueError, match="entropy_bonus_antiwindup"):
         GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_antiwindup="clamp"))
+
+
+def test_the_integral_clip_field_reaches_the_controller_and_is_validated(tmp_path):
+    from trl_entropy.controls import _bonus_controller
+
+    kwargs = dict(entropy_control="entropy_bonus", entropy_schedule_start=1.0)
+    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs))).integral_clip == 1.0
+    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=0.5))
+    assert _bonus_controller(args).integral_clip == 0.5
+    for bad in (0.0, 1.2):
+        with pytest.raises(ValueError, match=r"entropy_bonus_integral_clip must be a number in \(0.0, 1.0\]"):
+            GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=bad))

@@ -843,3 +843,38 @@ def test_antiwindup_is_validated_and_kept_in_the_state():
         EntropyBonusController(antiwindup="clamp")
     assert EntropyBonusController().state_dict()["config"]["antiwindup"] == "conditional"
     assert EntropyBonusController(antiwindup="upper").state_dict()["config"]["antiwindup"] == "upper"
+
+
+def test_integral_clip_bounds_what_the_integral_sums():
+    """With antiwindup="upper", an overshoot to several times the target reaches the integral at the lower bound;
+    integral_clip bounds each step's summed error, so the drain per step is ki * clip instead of ki."""
+    drains = {}
+    for clip in (1.0, 0.5):
+        c = EntropyBonusController(antiwindup="upper", adapt_gain=False, momentum_compensation=0.0, kp=2.0,
+                                   integral_clip=clip)
+        for _ in range(20):
+            c.update(1.0, 1.0)
+        c.integral = 0.1
+        c.update(5.0, 1.0)  # the level jumps far past twice the target: its error clipped at -1
+        assert c.law == pytest.approx(-0.1)
+        drains[clip] = 0.1 - c.integral
+    assert drains[1.0] == pytest.approx(0.03)  # ki * 1
+    assert drains[0.5] == pytest.approx(0.015)  # ki * 0.5
+
+
+def test_integral_clip_of_one_changes_nothing_and_small_errors_pass():
+    a = EntropyBonusController()
+    b = EntropyBonusController(integral_clip=1.0)
+    c = EntropyBonusController(integral_clip=0.5)
+    for h in (0.9, 0.8, 0.85, 0.95, 1.0, 1.1, 1.05, 0.98):  # level errors well within 0.5
+        a.update(h, 1.0), b.update(h, 1.0), c.update(h, 1.0)
+        assert a.state_dict() == {**b.state_dict(), "config": a.state_dict()["config"]}
+        assert c.integral == pytest.approx(a.integral)
+
+
+def test_integral_clip_is_validated_and_kept_in_the_state():
+    for bad in (0.0, -0.5, 1.5, float("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match="entropy_bonus_integral_clip"):
+            EntropyBonusController(integral_clip=bad)
+    assert EntropyBonusController().state_dict()["config"]["integral_clip"] == 1.0
+    assert EntropyBonusController(integral_clip=0.5).state_dict()["config"]["integral_clip"] == 0.5

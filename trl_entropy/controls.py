@@ -930,6 +930,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         target_lookahead=args.entropy_bonus_target_lookahead,
         integral_scale=args.entropy_bonus_integral_scale,
         antiwindup=args.entropy_bonus_antiwindup,
+        integral_clip=args.entropy_bonus_integral_clip,
     )
 
 

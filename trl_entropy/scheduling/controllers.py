@@ -484,7 +484,12 @@ class EntropyBonusController:
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  anneal_min: float | None = None, compensation_clip: str = "symmetric",
                  integral_error: str = "level", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
-                 target_lookahead: str = "horizon", integral_scale: str = "none", antiwindup: str = "conditional"):
+                 target_lookahead: str = "horizon", integral_scale: str = "none", antiwindup: str = "conditional",
+                 integral_clip: float = 1.0):
+        if not (isinstance(integral_clip, (int, float)) and not isinstance(integral_clip, bool)
+                and 0.0 < integral_clip <= 1.0):
+            raise ValueError(f"entropy_bonus_integral_clip must be a number in (0, 1], got {integral_clip!r}.")
+        self.integral_clip = float(integral_clip)
         if antiwindup not in self.ANTIWINDUPS:
             raise ValueError(f"entropy_bonus_antiwindup must be one of {self.ANTIWINDUPS}, got {antiwindup!r}.")
         self.antiwindup = antiwindup
@@ -641,6 +646,7 @@ class EntropyBonusController:
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
             summed = _clipped_relative_error(next_target, self.level)
+        summed = min(self.integral_clip, max(-self.integral_clip, summed))
         if not self._integral_stops(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
@@ -852,7 +858,8 @@ class EntropyBonusController:
                        "anneal_min": self.anneal_min, "compensation_clip": self.compensation_clip,
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
                        "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead,
-                       "integral_scale": self.integral_scale, "antiwindup": self.antiwindup},
+                       "integral_scale": self.integral_scale, "antiwindup": self.antiwindup,
+                       "integral_clip": self.integral_clip},
         }
 
     def load_state_dict(self, state: dict) -> None:

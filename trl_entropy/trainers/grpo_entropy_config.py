@@ -367,6 +367,12 @@ class GRPOEntropyConfig(GRPOConfig):
             `entropy_bonus_ki=0.045`, on six CPU seeds, `"upper"` brought that offset from +4.4% to +1.9%, but one
             overshoot to twice the target drained the integral and the error did not fall (-0.3 +- 1.5 points), so
             it is opt-in (docs: benchmarks, the integral at the lower bound).
+        entropy_bonus_integral_clip (`float`, *optional*, defaults to `1.0`):
+            The bound, in (0, 1], on the relative error the law's integral sums each step (the error itself is
+            already clipped to [-1, 1], so 1 changes nothing). Why: with `entropy_bonus_antiwindup="upper"` the
+            integral also integrates the overshoots that drive the law to its lower bound; one to twice the target
+            (error -1) then drained the integral by `entropy_bonus_ki` per step, and a dip followed. A clip of 0.5
+            still passes the typical overshoot there (~45% above the target) and halves that drain.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -682,6 +688,11 @@ class GRPOEntropyConfig(GRPOConfig):
                   "output sits there and the error pushes further; 'upper', only at the upper bound (at the lower, "
                   "a penalty limit, the integral keeps falling, held within it).",
                   "choices": list(EntropyBonusController.ANTIWINDUPS)},
+    )
+    entropy_bonus_integral_clip: float = field(
+        default=1.0,
+        metadata={"help": "Entropy bonus: bound on the relative error the law's integral sums per step, in (0, 1]; "
+                  "1 (the default) changes nothing, 0.5 halves the drain of one far overshoot."},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1174,6 +1185,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
         self._validate_choice("entropy_bonus_integral_scale", EntropyBonusController.INTEGRAL_SCALES)
         self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
+        self._validate_range("entropy_bonus_integral_clip", 0.0, 1.0, low_open=True)
         self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
