@@ -217,6 +217,8 @@ LAWS = {
     "today's defaults with the integral stopped at the upper bound only (entropy_bonus_antiwindup='upper')":
         lambda: EntropyBonusController(antiwindup="upper"),
     "both (\" YKU\" on SmolLM2)": lambda: EntropyBonusController(ki=0.045, antiwindup="upper"),
+    "both, the integrated error clipped at 0.5 (\" YKC\" on SmolLM2)":
+        lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5),
     "today's defaults, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
     "today's defaults with trend smoothing 0.1": lambda: EntropyBonusController(trend_smoothing=0.1),
     "today's defaults with the release-first anneal (entropy_bonus_anneal_min -0.1)":
