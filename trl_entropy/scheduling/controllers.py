@@ -419,6 +419,13 @@ class EntropyBonusController:
        only at -1) and the dip that followed cost more than the offset gained (error -0.3 +- 1.5 points), so it
        is opt-in. A "clamp" that integrated at both bounds was measured on three seeds with the law of 2026-11-26
        and not kept (hold 12.0% against 11.7%).
+       **The integrated error's bound** (``integral_clip``, default 1: no bound past the error's own): each step's
+       summed error is held within ``+-integral_clip``, so that with ``"upper"`` one overshoot far past the target
+       drains the integral more slowly. Measured with ``"upper"`` and ``ki=0.045`` at 0.5 on twelve CPU seeds of
+       the held target: eight tracked closer than the defaults and the offset over steps 46-100 fell from +3.5% to
+       +1.6%, but on two seeds an overshoot of 1.3-2.4x the target lasting 8-10 steps still drained the integral
+       (0.14 to -0.07) and the dip that followed cost 6-7 points (error +0.3 +- 1.0 points overall; docs:
+       benchmarks, the integral at the lower bound). What drains is the overshoot's length, not its height.
        **Signal scaling** (``integral_scale="signal"``, opt-in): before each update the integral is multiplied by
        the change of the *signal fraction*, the smoothed share of the step's tokens with a non-zero advantage
        (:meth:`note_signal`; floored at ``SIGNAL_FLOOR``), within the bounds. Why: a group whose rewards are all
