@@ -49,7 +49,8 @@ FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
                 "entropy_bonus_target_lookahead": "step", "entropy_bonus_penalty_scope": "all",
                 "entropy_bonus_integral_scale": "none", "entropy_bonus_antiwindup": "conditional",
-                "entropy_bonus_integral_clip": 1.0}
+                "entropy_bonus_integral_clip": 1.0,
+                "entropy_bonus_integral_beyond": "clip"}
 
 # Config fields removed after runs were cached, with the value that trained as the package trains now (an option
 # measured and dropped): a run that recorded this value is served; one that recorded another value is not.

@@ -219,6 +219,8 @@ LAWS = {
     "both (\" YKU\" on SmolLM2)": lambda: EntropyBonusController(ki=0.045, antiwindup="upper"),
     "both, the integrated error clipped at 0.5 (\" YKC\" on SmolLM2)":
         lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5),
+    "both, errors beyond 0.5 not integrated (\" YKS\" on SmolLM2)":
+        lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5, integral_beyond="skip"),
     "today's defaults, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
     "today's defaults with trend smoothing 0.1": lambda: EntropyBonusController(trend_smoothing=0.1),
     "today's defaults with the release-first anneal (entropy_bonus_anneal_min -0.1)":

@@ -878,3 +878,27 @@ def test_integral_clip_is_validated_and_kept_in_the_state():
             EntropyBonusController(integral_clip=bad)
     assert EntropyBonusController().state_dict()["config"]["integral_clip"] == 1.0
     assert EntropyBonusController(integral_clip=0.5).state_dict()["config"]["integral_clip"] == 0.5
+
+
+def test_integral_beyond_skip_sums_nothing_for_an_error_past_the_clip():
+    """integral_beyond="skip": an error past integral_clip (a transient far from the target) leaves the integral
+    where it was; an error within it is summed as with "clip"."""
+    ends = {}
+    for beyond in ("clip", "skip"):
+        c = EntropyBonusController(antiwindup="upper", adapt_gain=False, momentum_compensation=0.0, kp=2.0,
+                                   integral_clip=0.5, integral_beyond=beyond)
+        for _ in range(20):
+            c.update(1.0, 1.0)
+        c.integral = 0.1
+        c.update(5.0, 1.0)  # level error -1: past the clip
+        ends[beyond] = c.integral
+    assert ends["clip"] == pytest.approx(0.1 - 0.03 * 0.5)
+    assert ends["skip"] == pytest.approx(0.1)
+    a = EntropyBonusController(integral_clip=0.5, integral_beyond="skip")
+    b = EntropyBonusController(integral_clip=0.5)
+    for h in (0.9, 0.8, 0.85, 0.95, 1.1):
+        a.update(h, 1.0), b.update(h, 1.0)
+    assert a.integral == pytest.approx(b.integral)
+    with pytest.raises(ValueError, match="entropy_bonus_integral_beyond"):
+        EntropyBonusController(integral_beyond="drop")
+    assert EntropyBonusController().state_dict()["config"]["integral_beyond"] == "clip"

@@ -931,6 +931,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         integral_scale=args.entropy_bonus_integral_scale,
         antiwindup=args.entropy_bonus_antiwindup,
         integral_clip=args.entropy_bonus_integral_clip,
+        integral_beyond=args.entropy_bonus_integral_beyond,
     )
 
 

@@ -479,6 +479,7 @@ class EntropyBonusController:
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     INTEGRAL_SCALES = ("none", "signal")  # whether the integral follows the signal fraction (step 5)
     ANTIWINDUPS = ("conditional", "upper")  # at which bounds the integral stops (step 5)
+    INTEGRAL_BEYONDS = ("clip", "skip")  # what the integral does with an error beyond integral_clip (step 5)
     SIGNAL_SMOOTHING = 0.1  # weight of the newest step in the running signal fraction
     SIGNAL_FLOOR = 0.05  # the signal fraction below which the integral is not scaled down further
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
@@ -492,7 +493,11 @@ class EntropyBonusController:
                  anneal_min: float | None = None, compensation_clip: str = "symmetric",
                  integral_error: str = "level", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
                  target_lookahead: str = "horizon", integral_scale: str = "none", antiwindup: str = "conditional",
-                 integral_clip: float = 1.0):
+                 integral_clip: float = 1.0, integral_beyond: str = "clip"):
+        if integral_beyond not in self.INTEGRAL_BEYONDS:
+            raise ValueError(f"entropy_bonus_integral_beyond must be one of {self.INTEGRAL_BEYONDS}, got "
+                             f"{integral_beyond!r}.")
+        self.integral_beyond = integral_beyond
         if not (isinstance(integral_clip, (int, float)) and not isinstance(integral_clip, bool)
                 and 0.0 < integral_clip <= 1.0):
             raise ValueError(f"entropy_bonus_integral_clip must be a number in (0, 1], got {integral_clip!r}.")
@@ -653,6 +658,8 @@ class EntropyBonusController:
         summed = self.error  # what the integral sums (step 5)
         if self.integral_error == "level":
             summed = _clipped_relative_error(next_target, self.level)
+        if self.integral_beyond == "skip" and abs(summed) > self.integral_clip:
+            summed = 0.0  # a transient far from the target says nothing about the balancing coefficient
         summed = min(self.integral_clip, max(-self.integral_clip, summed))
         if not self._integral_stops(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
@@ -866,7 +873,7 @@ class EntropyBonusController:
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
                        "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead,
                        "integral_scale": self.integral_scale, "antiwindup": self.antiwindup,
-                       "integral_clip": self.integral_clip},
+                       "integral_clip": self.integral_clip, "integral_beyond": self.integral_beyond},
         }
 
     def load_state_dict(self, state: dict) -> None:

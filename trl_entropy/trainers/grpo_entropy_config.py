@@ -698,6 +698,12 @@ class GRPOEntropyConfig(GRPOConfig):
         metadata={"help": "Entropy bonus: bound on the relative error the law's integral sums per step, in (0, 1]; "
                   "1 (the default) changes nothing, 0.5 halves the drain of one far overshoot."},
     )
+    entropy_bonus_integral_beyond: str = field(
+        default="clip",
+        metadata={"help": "Entropy bonus: what the law's integral does with an error beyond "
+                  "entropy_bonus_integral_clip: 'clip' sums the bound, 'skip' sums nothing.",
+                  "choices": list(EntropyBonusController.INTEGRAL_BEYONDS)},
+    )
     entropy_bonus_assist: bool = field(
         default=False,
         metadata={"help": "Give a target-following paper control (adaptive_clip, entrocraft, positive_reweight, "
@@ -1190,6 +1196,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_integral_scale", EntropyBonusController.INTEGRAL_SCALES)
         self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
         self._validate_range("entropy_bonus_integral_clip", 0.0, 1.0, low_open=True)
+        self._validate_choice("entropy_bonus_integral_beyond", EntropyBonusController.INTEGRAL_BEYONDS)
         self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
