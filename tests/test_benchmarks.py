@@ -465,7 +465,7 @@ def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_
 def test_a_run_recorded_before_the_integral_clip_field_is_served_at_its_default():
     import _runs
 
-    now = {"entropy_bonus_min": -0.1, "entropy_bonus_integral_clip": 1.0}
+    now = {"entropy_bonus_min": -0.1, "entropy_bonus_integral_clip": 1.0, "entropy_bonus_integral_beyond": "clip"}
     assert _runs.changed_defaults({"package_defaults": {"entropy_bonus_min": -0.1}}, now) == {}
     assert _runs.changed_defaults({"package_defaults": {"entropy_bonus_min": -0.1}},
                                   dict(now, entropy_bonus_integral_clip=0.5)) != {}

@@ -390,3 +390,11 @@ def test_the_integral_clip_field_reaches_the_controller_and_is_validated(tmp_pat
     for bad in (0.0, 1.2):
         with pytest.raises(ValueError, match=r"entropy_bonus_integral_clip must be a number in \(0.0, 1.0\]"):
             GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=bad))
+    assert _bonus_controller(args).integral_beyond == "clip"
+    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=0.5,
+                                           entropy_bonus_integral_beyond="skip"))
+    assert _bonus_controller(args).integral_beyond == "skip"
+    with pytest.raises(ValueError, match="entropy_bonus_integral_beyond"):
+        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond="drop"))
+    with pytest.warns(UserWarning, match="nothing is skipped"):
+        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond="skip"))
