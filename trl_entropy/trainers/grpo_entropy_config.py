@@ -383,7 +383,8 @@ class GRPOEntropyConfig(GRPOConfig):
             policy, not a change of the coefficient that balances its pull, yet summed even at the bound it drained
             the integral and a dip to half the target followed. On the two SmolLM2 seeds where that happened (with
             `"upper"`, `entropy_bonus_ki=0.045`, clip 0.5) `"skip"` kept the integral above +0.07 and the error fell
-            from 19.6% and 19.2% to 13.6% and 15.5%. Opt-in: measured on those seeds only (docs: benchmarks, the
+            from 19.6% and 19.2% to 13.6% and 15.5%. Opt-in: it skips on both sides, and on one of four other seeds
+            it also held the integral back through the early collapse and cost 2.5 points (docs: benchmarks, the
             integral at the lower bound).
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
