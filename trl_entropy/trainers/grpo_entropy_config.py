@@ -1206,7 +1206,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
         self._validate_range("entropy_bonus_integral_clip", 0.0, 1.0, low_open=True)
         self._validate_choice("entropy_bonus_integral_beyond", EntropyBonusController.INTEGRAL_BEYONDS)
-        if self.entropy_bonus_integral_beyond == "skip" and self.entropy_bonus_integral_clip >= 1.0:
+        if bonus_in_use and self.entropy_bonus_integral_beyond == "skip" and self.entropy_bonus_integral_clip >= 1.0:
             warnings.warn(
                 "entropy_bonus_integral_beyond='skip' with entropy_bonus_integral_clip=1: the summed error never lies "
                 "beyond 1 (it is clipped to [-1, 1] already), so nothing is skipped. Set entropy_bonus_integral_clip "
