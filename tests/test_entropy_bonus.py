@@ -396,5 +396,9 @@ def test_the_integral_clip_field_reaches_the_controller_and_is_validated(tmp_pat
     assert _bonus_controller(args).integral_beyond == "skip"
     with pytest.raises(ValueError, match="entropy_bonus_integral_beyond"):
         GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond="drop"))
-    with pytest.warns(UserWarning, match="nothing is skipped"):
-        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond="skip"))
+    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=0.5,
+                                           entropy_bonus_integral_beyond="skip_overshoot"))
+    assert _bonus_controller(args).integral_beyond == "skip_overshoot"
+    for beyond in ("skip", "skip_overshoot"):
+        with pytest.warns(UserWarning, match="nothing is skipped"):
+            GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond=beyond))

@@ -902,3 +902,23 @@ def test_integral_beyond_skip_sums_nothing_for_an_error_past_the_clip():
     with pytest.raises(ValueError, match="entropy_bonus_integral_beyond"):
         EntropyBonusController(integral_beyond="drop")
     assert EntropyBonusController().state_dict()["config"]["integral_beyond"] == "clip"
+
+
+def test_integral_beyond_skip_overshoot_skips_only_above_the_target():
+    """integral_beyond="skip_overshoot": a level far above the target (error below -integral_clip) is summed as 0,
+    as with "skip"; a level far below it (error above +integral_clip, the early collapse) is summed at the bound,
+    as with "clip", so the integral still builds the bonus that ends a dip."""
+    def after(level, beyond):  # the integral after one more step at a level held since 20 steps
+        c = EntropyBonusController(antiwindup="upper", adapt_gain=False, momentum_compensation=0.0, kp=0.1,
+                                   kff=0.0, integral_clip=0.5, integral_beyond=beyond)
+        for _ in range(20):
+            c.update(level, 1.0)
+        c.integral = 0.1
+        c.update(level, 1.0)
+        return c.integral
+    assert after(2.0, "skip_overshoot") == pytest.approx(after(2.0, "skip")) == pytest.approx(0.1)
+    assert after(0.3, "skip_overshoot") == pytest.approx(after(0.3, "clip")) == pytest.approx(0.1 + 0.03 * 0.5)
+    assert after(0.3, "skip") == pytest.approx(0.1)
+    assert after(2.0, "clip") == pytest.approx(0.1 - 0.03 * 0.5)
+    assert EntropyBonusController(integral_clip=0.5, integral_beyond="skip_overshoot").state_dict()[
+        "config"]["integral_beyond"] == "skip_overshoot"

@@ -484,7 +484,9 @@ class EntropyBonusController:
     INTEGRAL_ERRORS = ("prediction", "level")  # what the integral sums (step 5)
     INTEGRAL_SCALES = ("none", "signal")  # whether the integral follows the signal fraction (step 5)
     ANTIWINDUPS = ("conditional", "upper")  # at which bounds the integral stops (step 5)
-    INTEGRAL_BEYONDS = ("clip", "skip")  # what the integral does with an error beyond integral_clip (step 5)
+    # what the integral does with an error beyond integral_clip (step 5): "skip_overshoot" skips only an error
+    # below -integral_clip (the level far above the target) and clips one above +integral_clip
+    INTEGRAL_BEYONDS = ("clip", "skip", "skip_overshoot")
     SIGNAL_SMOOTHING = 0.1  # weight of the newest step in the running signal fraction
     SIGNAL_FLOOR = 0.05  # the signal fraction below which the integral is not scaled down further
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
@@ -665,6 +667,8 @@ class EntropyBonusController:
             summed = _clipped_relative_error(next_target, self.level)
         if self.integral_beyond == "skip" and abs(summed) > self.integral_clip:
             summed = 0.0  # a transient far from the target says nothing about the balancing coefficient
+        if self.integral_beyond == "skip_overshoot" and summed < -self.integral_clip:
+            summed = 0.0  # the same, for an overshoot only: a collapse below the target is still summed
         summed = min(self.integral_clip, max(-self.integral_clip, summed))
         if not self._integral_stops(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))

@@ -710,7 +710,8 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_integral_beyond: str = field(
         default="clip",
         metadata={"help": "Entropy bonus: what the law's integral does with an error beyond "
-                  "entropy_bonus_integral_clip: 'clip' sums the bound, 'skip' sums nothing.",
+                  "entropy_bonus_integral_clip: 'clip' sums the bound, 'skip' sums nothing, 'skip_overshoot' sums "
+                  "nothing only where the level lies far above the target (and clips below it).",
                   "choices": list(EntropyBonusController.INTEGRAL_BEYONDS)},
     )
     entropy_bonus_assist: bool = field(
@@ -1206,9 +1207,11 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
         self._validate_range("entropy_bonus_integral_clip", 0.0, 1.0, low_open=True)
         self._validate_choice("entropy_bonus_integral_beyond", EntropyBonusController.INTEGRAL_BEYONDS)
-        if bonus_in_use and self.entropy_bonus_integral_beyond == "skip" and self.entropy_bonus_integral_clip >= 1.0:
+        if (bonus_in_use and self.entropy_bonus_integral_beyond != "clip"
+                and self.entropy_bonus_integral_clip >= 1.0):
             warnings.warn(
-                "entropy_bonus_integral_beyond='skip' with entropy_bonus_integral_clip=1: the summed error never lies "
+                f"entropy_bonus_integral_beyond={self.entropy_bonus_integral_beyond!r} with "
+                "entropy_bonus_integral_clip=1: the summed error never lies "
                 "beyond 1 (it is clipped to [-1, 1] already), so nothing is skipped. Set entropy_bonus_integral_clip "
                 "below 1 (0.5 was measured).",
                 UserWarning,
