@@ -221,6 +221,9 @@ LAWS = {
         lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5),
     "both, errors beyond 0.5 not integrated (\" YKS\" on SmolLM2)":
         lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5, integral_beyond="skip"),
+    "both, errors below -0.5 (the overshoot's side) not integrated (\" YKO\" on SmolLM2)":
+        lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5,
+                                       integral_beyond="skip_overshoot"),
     "today's defaults, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
     "today's defaults with trend smoothing 0.1": lambda: EntropyBonusController(trend_smoothing=0.1),
     "today's defaults with the release-first anneal (entropy_bonus_anneal_min -0.1)":
