@@ -430,7 +430,8 @@ class EntropyBonusController:
        transient of the policy, not a change of the balancing coefficient. On those two seeds it kept the integral
        above +0.07 and brought their errors from 19.6% and 19.2% to 13.6% and 15.5% (opt-in: two seeds, chosen
        for the drain). It acts on both sides: on one of four other seeds it also held the integral back through
-       the early collapse (the level more than 50% below the target) and cost 2.5 points.
+       the early collapse (the level more than 50% below the target) and cost 2.5 points. ``"skip_overshoot"``
+       skips on the overshoot's side only (an error below ``-integral_clip``) and clips the collapse's side.
        **Signal scaling** (``integral_scale="signal"``, opt-in): before each update the integral is multiplied by
        the change of the *signal fraction*, the smoothed share of the step's tokens with a non-zero advantage
        (:meth:`note_signal`; floored at ``SIGNAL_FLOOR``), within the bounds. Why: a group whose rewards are all

@@ -385,7 +385,9 @@ class GRPOEntropyConfig(GRPOConfig):
             `"upper"`, `entropy_bonus_ki=0.045`, clip 0.5) `"skip"` kept the integral above +0.07 and the error fell
             from 19.6% and 19.2% to 13.6% and 15.5%. Opt-in: it skips on both sides, and on one of four other seeds
             it also held the integral back through the early collapse and cost 2.5 points (docs: benchmarks, the
-            integral at the lower bound).
+            integral at the lower bound). `"skip_overshoot"` skips on the overshoot's side only (an error below
+            `-entropy_bonus_integral_clip`, the level far above the target) and clips the other, so the integral
+            still builds the bonus that ends an early collapse.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
