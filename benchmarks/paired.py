@@ -9,6 +9,8 @@ counts where both laws have a run with a final evaluation on it (the last such r
 cache keeps it). ``--b`` (and ``--a``) may name several labels: per seed the first one that has a run is used,
 so a law cached under a new label for new seeds (its values set explicitly, after the package's defaults moved
 on) pairs with its older rows under the bare label (name the older label first to keep the recorded runs).
+A label may end in ``@SEEDS`` (``"hold/entropy_bonus YKS@1,7"``) to be used on those seeds only: for a law whose
+run on a seed is, step for step, a cached run of another law (shown so in the docs, not assumed here).
 
 Printed per group and pooled over the groups (markdown): the mean ± standard error over seeds of ``a - b`` for the
 tracking error (points of the tracking table's metric), the accuracy of the trained policies (train and test
@@ -56,8 +58,18 @@ def evaluated_runs(path: str) -> dict[tuple[str, int], dict]:
             if run.get("final_eval") and run.get("measured") and "seed" in run}
 
 
+def label_seeds(label: str) -> tuple[str, list[int] | None]:
+    """``"hold/x YKS@1,7"`` -> ``("hold/x YKS", [1, 7])``: a label used for those seeds only; ``None``: all."""
+    name, at, seeds = label.rpartition("@")
+    return (name, parse_seeds(seeds)) if at and seeds[:1].isdigit() else (label, None)
+
+
 def first_run(runs: dict, labels: list[str], seed: int) -> dict | None:
-    return next((runs[(label, seed)] for label in labels if (label, seed) in runs), None)
+    for label in labels:
+        name, only = label_seeds(label)
+        if (only is None or seed in only) and (name, seed) in runs:
+            return runs[(name, seed)]
+    return None
 
 
 def differences(runs: dict, a: list[str], b: list[str], seeds: list[int]) -> dict[str, list[float]]:

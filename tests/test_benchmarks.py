@@ -410,6 +410,15 @@ def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_group
     with pytest.raises(SystemExit):  # a misspelt label: an error naming the labels there are, not an empty row
         paired.main(["--a", "hold/new", "--b", "hold/olld", "--group", "one", str(paths[0]), "0-2"])
     assert "hold/old again" in capsys.readouterr().err
+    # "label@seeds": a label used on those seeds only (seed 1 from "hold/old again", seed 0 skips it to "hold/old")
+    assert paired.label_seeds("hold/x YKS@1,7") == ("hold/x YKS", [1, 7])
+    assert paired.label_seeds("hold/x@home") == ("hold/x@home", None)
+    (_, one), = paired.main(["--a", "hold/new", "--b", "hold/old again@1", "hold/old",
+                             "--group", "one", str(paths[0]), "0-2"])
+    assert one["b:train_sampled"] == pytest.approx([0.7, 0.5])
+    (_, one), = paired.main(["--a", "hold/new", "--b", "hold/old again@5", "hold/old",
+                             "--group", "one", str(paths[0]), "0-2"])
+    assert one["b:train_sampled"] == pytest.approx([0.7, 0.7])
 
 
 def test_error_budget_splits_the_metric_by_phase_and_finds_the_noise_floor(tmp_path, capsys):
