@@ -387,7 +387,8 @@ class GRPOEntropyConfig(GRPOConfig):
             it also held the integral back through the early collapse and cost 2.5 points (docs: benchmarks, the
             integral at the lower bound). `"skip_overshoot"` skips on the overshoot's side only (an error below
             `-entropy_bonus_integral_clip`, the level far above the target) and clips the other, so the integral
-            still builds the bonus that ends an early collapse.
+            still builds the bonus that ends an early collapse; on twelve CPU seeds it tracked as the defaults do
+            (+0.1 +- 0.8 points), the kept integral winding up in the next dip instead.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
