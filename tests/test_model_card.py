@@ -62,7 +62,7 @@ def test_card_shows_the_epsilon_high_used_and_the_knob_over_the_run(tmp_path):
     # nothing saved in output_dir yet: the "Use" section says so instead of pointing a pipeline at an empty folder
     out = trainer.args.output_dir
     assert f"`{out}` held no model weights when this card was written" in card
-    assert f'trainer.save_model("{out}")' in card and "--save-models" in card
+    assert f'trainer.save_model("{out}")' in card and "--save_models" in card
     trainer.save_model()  # weights first, then the card: it loads what is there
     assert "held no model weights" not in (tmp_path / "out" / "README.md").read_text()
     assert "held no model weights" not in render_model_card(trainer)

@@ -291,7 +291,7 @@ def _no_weights_note(folder: str) -> str:
     if any(os.path.exists(os.path.join(folder, f)) for f in names):
         return ""
     return (f"\n\n`{folder}` held no model weights when this card was written: save them there first "
-            f"(`trainer.save_model(\"{folder}\")`; `trl-entropy demo --save-models` does so for every run).")
+            f"(`trainer.save_model(\"{folder}\")`; `trl-entropy demo --save_models` does so for every run).")
 
 
 def _epsilon_high_text(args) -> str:
