@@ -24,6 +24,7 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     assert len(rows) == 4 * len(runner.METHODS)
     summary = json.load(open(tmp_path / "out" / "summary.json"))
     assert summary["target_start"] == 0.5
+    assert summary["testbed"] == "tiny" and summary["recipe"]["hidden_size"] == TINY.hidden_size
     ac = next(r for r in results if r["method"] == "adaptive_clip")
     assert ac["knob_name"] == "epsilon_high" and len(ac["knob"]) == 4
     # pass@k: figure, table, summary; monotone in k
