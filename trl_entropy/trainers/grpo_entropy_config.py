@@ -251,7 +251,8 @@ class GRPOEntropyConfig(GRPOConfig):
     trend) and predicted `entropy_bonus_horizon` steps ahead; `c = clip(I + kp * e + kff * slope, min, max)` with the
     relative error `e = (target - predicted) / target` clipped to [-1, 1], the target's relative slope per step, and
     an integral `I += ki * e_I` that stops at the bounds (anti-windup), `e_I` the filtered level's own relative error
-    (`entropy_bonus_integral_error="level"`, the default) or `e` (`"prediction"`). `entropy_coef` is the initial coefficient.
+    (`entropy_bonus_integral_error="level"`, the default) or `e` (`"prediction"`). `entropy_coef` is the initial
+    coefficient.
     `entropy_control="trl_adaptive"` is TRL's own rule (`use_adaptive_entropy`, set for you) with its
     `entropy_target` driven by the schedule.
 
