@@ -50,7 +50,7 @@ FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
                 "entropy_bonus_target_lookahead": "step", "entropy_bonus_penalty_scope": "all",
                 "entropy_bonus_integral_scale": "none", "entropy_bonus_antiwindup": "conditional",
                 "entropy_bonus_integral_clip": 1.0,
-                "entropy_bonus_integral_beyond": "clip"}
+                "entropy_bonus_integral_beyond": "clip", "entropy_bonus_lower_ki_fraction": 0.0}
 
 # Config fields removed after runs were cached, with the value that trained as the package trains now (an option
 # measured and dropped): a run that recorded this value is served; one that recorded another value is not.

@@ -380,6 +380,17 @@ def test_the_antiwindup_field_reaches_the_controller_and_is_validated(tmp_path):
         GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_antiwindup="clamp"))
 
 
+def test_the_lower_ki_fraction_field_reaches_the_controller_and_is_validated(tmp_path):
+    from trl_entropy.controls import _bonus_controller
+
+    kwargs = dict(entropy_control="entropy_bonus", entropy_schedule_start=1.0)
+    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs))).lower_ki_fraction == 0.0
+    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_lower_ki_fraction=0.25))
+    assert _bonus_controller(args).lower_ki_fraction == 0.25
+    with pytest.raises(ValueError, match=r"entropy_bonus_lower_ki_fraction must be a number in \[0.0, 1.0\]"):
+        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_lower_ki_fraction=1.5))
+
+
 def test_the_integral_clip_field_reaches_the_controller_and_is_validated(tmp_path):
     from trl_entropy.controls import _bonus_controller
 

@@ -800,10 +800,10 @@ def test_signal_scaling_follows_a_pull_that_shrinks_with_the_solved_groups_on_th
     assert sum(b for _, b in scaled) < sum(b for _, b in plain)  # less of the lagging integral's excess
 
 
-def _at_the_lower_bound(antiwindup):
+def _at_the_lower_bound(antiwindup, **kw):
     """A controller whose integral holds a standing bonus of 0.1 and whose reading jumps far above the target, so
     that the proportional term drives the law to its lower bound (-0.1) with the error negative."""
-    c = EntropyBonusController(antiwindup=antiwindup, adapt_gain=False, momentum_compensation=0.0, kp=2.0)
+    c = EntropyBonusController(antiwindup=antiwindup, adapt_gain=False, momentum_compensation=0.0, kp=2.0, **kw)
     for _ in range(20):
         c.update(1.0, 1.0)
     c.integral = 0.1
@@ -825,6 +825,35 @@ def test_upper_antiwindup_lets_the_integral_fall_at_the_lower_bound_and_holds_it
     for _ in range(200):
         c.update(3.0, 1.0)
     assert c.integral == pytest.approx(c.c_min)  # held within the lower bound, never past it
+
+
+def test_lower_ki_fraction_integrates_that_fraction_at_the_lower_bound_only():
+    c = _at_the_lower_bound("conditional", lower_ki_fraction=0.25)
+    assert c.law == pytest.approx(-0.1) and c.error < 0
+    level_error = (1.0 - c.level) / 1.0
+    assert level_error < 0
+    assert c.integral == pytest.approx(0.1 + 0.25 * c.ki * level_error)  # a quarter of "upper"'s step
+    full = _at_the_lower_bound("conditional", lower_ki_fraction=1.0)
+    upper = _at_the_lower_bound("upper")
+    assert full.integral == pytest.approx(upper.integral)  # 1 integrates there as "upper" does
+    for _ in range(2000):
+        c.update(3.0, 1.0)
+    assert c.integral == pytest.approx(c.c_min)  # held within the lower bound
+    # at the upper bound it changes nothing: the integral still stops there
+    d = EntropyBonusController(adapt_gain=False, momentum_compensation=0.0, kp=5.0, bound_limit=None,
+                               lower_ki_fraction=0.25)
+    d.update(1.0, 1.0)
+    d.integral = 0.3
+    d.update(0.2, 1.0)
+    assert d.law == pytest.approx(d.c_max) and d.integral == pytest.approx(0.3)
+
+
+def test_lower_ki_fraction_is_validated_and_kept_in_the_state():
+    for bad in (-0.1, 1.5, True, "0.2", float("nan")):
+        with pytest.raises(ValueError, match="entropy_bonus_lower_ki_fraction"):
+            EntropyBonusController(lower_ki_fraction=bad)
+    assert EntropyBonusController().state_dict()["config"]["lower_ki_fraction"] == 0.0
+    assert EntropyBonusController(lower_ki_fraction=0.25).state_dict()["config"]["lower_ki_fraction"] == 0.25
 
 
 def test_upper_antiwindup_still_stops_the_integral_at_the_upper_bound():

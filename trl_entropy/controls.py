@@ -932,6 +932,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         antiwindup=args.entropy_bonus_antiwindup,
         integral_clip=args.entropy_bonus_integral_clip,
         integral_beyond=args.entropy_bonus_integral_beyond,
+        lower_ki_fraction=args.entropy_bonus_lower_ki_fraction,
     )
 
 

@@ -418,7 +418,11 @@ class EntropyBonusController:
        overshoot to twice the target drained the integral from +0.12 to -0.09 in five steps (the error clipped
        only at -1) and the dip that followed cost more than the offset gained (error -0.3 +- 1.5 points), so it
        is opt-in. A "clamp" that integrated at both bounds was measured on three seeds with the law of 2026-11-26
-       and not kept (hold 12.0% against 11.7%).
+       and not kept (hold 12.0% against 11.7%). Between the two, ``lower_ki_fraction`` (opt-in, default 0: purely
+       conditional) lets the integral take that fraction of its update while the law sits at the lower bound and
+       the error pushes further down; 1 integrates there as ``"upper"`` does. Why: ``"upper"`` let one long
+       overshoot drain the integral; a fraction of the update reaches the offset over many steps and drains
+       only that fraction as fast (docs: benchmarks, the integral at the lower bound).
        **The integrated error's bound** (``integral_clip``, default 1: no bound past the error's own): each step's
        summed error is held within ``+-integral_clip``, so that with ``"upper"`` one overshoot far past the target
        drains the integral more slowly. Measured with ``"upper"`` and ``ki=0.045`` at 0.5 on twelve CPU seeds of
@@ -504,7 +508,12 @@ class EntropyBonusController:
                  anneal_min: float | None = None, compensation_clip: str = "symmetric",
                  integral_error: str = "level", pull_gain: float = 0.0, pull_smoothing: float = 0.3,
                  target_lookahead: str = "horizon", integral_scale: str = "none", antiwindup: str = "conditional",
-                 integral_clip: float = 1.0, integral_beyond: str = "clip"):
+                 integral_clip: float = 1.0, integral_beyond: str = "clip", lower_ki_fraction: float = 0.0):
+        if not (isinstance(lower_ki_fraction, (int, float)) and not isinstance(lower_ki_fraction, bool)
+                and 0.0 <= lower_ki_fraction <= 1.0):
+            raise ValueError(f"entropy_bonus_lower_ki_fraction must be a number in [0, 1], got "
+                             f"{lower_ki_fraction!r}.")
+        self.lower_ki_fraction = float(lower_ki_fraction)
         if integral_beyond not in self.INTEGRAL_BEYONDS:
             raise ValueError(f"entropy_bonus_integral_beyond must be one of {self.INTEGRAL_BEYONDS}, got "
                              f"{integral_beyond!r}.")
@@ -676,6 +685,10 @@ class EntropyBonusController:
         summed = min(self.integral_clip, max(-self.integral_clip, summed))
         if not self._integral_stops(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
+        elif self.lower_ki_fraction > 0.0 and self.raw <= low and summed < 0:
+            # at the lower bound, pushed further down: a fraction of the update (step 5, "lower_ki_fraction")
+            step = scale * self.lower_ki_fraction * self.ki * summed
+            self.integral = min(self.c_max, max(low, self.integral + step))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
         # the anneal's bound is a choice, not a sign that the knob's scale is too small: it does not grow
@@ -886,7 +899,8 @@ class EntropyBonusController:
                        "integral_error": self.integral_error, "pull_gain": self.pull_gain,
                        "pull_smoothing": self.pull_smoothing, "target_lookahead": self.target_lookahead,
                        "integral_scale": self.integral_scale, "antiwindup": self.antiwindup,
-                       "integral_clip": self.integral_clip, "integral_beyond": self.integral_beyond},
+                       "integral_clip": self.integral_clip, "integral_beyond": self.integral_beyond,
+                       "lower_ki_fraction": self.lower_ki_fraction},
         }
 
     def load_state_dict(self, state: dict) -> None:

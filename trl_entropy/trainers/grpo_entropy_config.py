@@ -369,6 +369,13 @@ class GRPOEntropyConfig(GRPOConfig):
             `entropy_bonus_ki=0.045`, on six CPU seeds, `"upper"` brought that offset from +4.4% to +1.9%, but one
             overshoot to twice the target drained the integral and the error did not fall (-0.3 +- 1.5 points), so
             it is opt-in (docs: benchmarks, the integral at the lower bound).
+        entropy_bonus_lower_ki_fraction (`float`, *optional*, defaults to `0.0`):
+            With `entropy_bonus_antiwindup="conditional"`, the fraction in [0, 1] of the integral's update taken
+            while the law sits at the lower bound and the error pushes further down: 0 (the default) stops the
+            integral there, 1 integrates as `"upper"` does. Why: `"upper"` let a single long overshoot drain the
+            integral; a fraction of the update still reaches the offset those overshoots leave over many steps,
+            but drains the integral only that fraction as fast. Opt-in until measured (docs: benchmarks, the
+            integral at the lower bound).
         entropy_bonus_integral_clip (`float`, *optional*, defaults to `1.0`):
             The bound, in (0, 1], on the relative error the law's integral sums each step (the error itself is
             already clipped to [-1, 1], so 1 changes nothing). Why: with `entropy_bonus_antiwindup="upper"` the
@@ -706,6 +713,12 @@ class GRPOEntropyConfig(GRPOConfig):
                   "output sits there and the error pushes further; 'upper', only at the upper bound (at the lower, "
                   "a penalty limit, the integral keeps falling, held within it).",
                   "choices": list(EntropyBonusController.ANTIWINDUPS)},
+    )
+    entropy_bonus_lower_ki_fraction: float = field(
+        default=0.0,
+        metadata={"help": "Entropy bonus: with the 'conditional' antiwindup, the fraction in [0, 1] of the integral's "
+                  "update taken while the law sits at the lower bound and the error pushes further down; 0 (the "
+                  "default) stops the integral there, 1 integrates as 'upper' does."},
     )
     entropy_bonus_integral_clip: float = field(
         default=1.0,
@@ -1211,6 +1224,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_choice("entropy_bonus_integral_scale", EntropyBonusController.INTEGRAL_SCALES)
         self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
         self._validate_range("entropy_bonus_integral_clip", 0.0, 1.0, low_open=True)
+        self._validate_range("entropy_bonus_lower_ki_fraction", 0.0, 1.0)
         self._validate_choice("entropy_bonus_integral_beyond", EntropyBonusController.INTEGRAL_BEYONDS)
         if (bonus_in_use and self.entropy_bonus_integral_beyond != "clip"
                 and self.entropy_bonus_integral_clip >= 1.0):
