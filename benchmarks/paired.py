@@ -4,7 +4,8 @@
         --group "CPU" benchmarks/results/tracking_smollm2.jsonl 0-17 \\
         --group "GPU" benchmarks/results/tracking_smollm2_gpu.jsonl 0-14
 
-Reads the caches of ``tracking.py --final_eval`` only; trains nothing. Each group is a cache and its seeds; a seed
+Reads the caches of ``tracking.py --final_eval`` only (with ``--without_eval``, runs cached without it too: their
+tracking and reward are paired, their accuracy left empty); trains nothing. Each group is a cache and its seeds; a seed
 counts where both laws have a run with a final evaluation on it (the last such run of a label and seed, as the
 cache keeps it). ``--b`` (and ``--a``) may name several labels: per seed the first one that has a run is used,
 so a law cached under a new label for new seeds (its values set explicitly, after the package's defaults moved
@@ -34,10 +35,10 @@ from tracking import smoothed_error  # noqa: E402
 
 COLUMNS = {  # name -> (header, how to read it off a run)
     "err": ("err (points)", lambda r: 100 * smoothed_error(r["measured"], r["target"])),
-    "train_sampled": ("train sampled", lambda r: r["final_eval"]["train_sampled"]),
-    "train_greedy": ("train greedy", lambda r: r["final_eval"]["train_greedy"]),
-    "test_sampled": ("test sampled", lambda r: r["final_eval"]["test_sampled"]),
-    "test_greedy": ("test greedy", lambda r: r["final_eval"]["test_greedy"]),
+    "train_sampled": ("train sampled", lambda r: (r.get("final_eval") or {}).get("train_sampled")),
+    "train_greedy": ("train greedy", lambda r: (r.get("final_eval") or {}).get("train_greedy")),
+    "test_sampled": ("test sampled", lambda r: (r.get("final_eval") or {}).get("test_sampled")),
+    "test_greedy": ("test greedy", lambda r: (r.get("final_eval") or {}).get("test_greedy")),
     "final_reward": ("final reward", lambda r: r.get("final_reward", math.nan)),
     "second_half_reward": ("second-half reward", lambda r: second_half_reward(r)),
 }
@@ -52,10 +53,14 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def evaluated_runs(path: str) -> dict[tuple[str, int], dict]:
-    """``{(label, seed): run}`` for the cached runs with a final evaluation and a logged curve (the last one wins)."""
-    return {(run["label"], run["seed"]): run for run in load_results(path).values()
-            if run.get("final_eval") and run.get("measured") and "seed" in run}
+def evaluated_runs(path: str, without_eval: bool = False) -> dict[tuple[str, int], dict]:
+    """``{(label, seed): run}`` for the cached runs with a final evaluation and a logged curve (the last one wins).
+    With ``without_eval``, runs with no final evaluation count too (one with an evaluation still wins), and their
+    accuracy columns are empty."""
+    runs = [run for run in load_results(path).values() if run.get("measured") and "seed" in run]
+    out = {(run["label"], run["seed"]): run for run in runs if without_eval and not run.get("final_eval")}
+    out.update({(run["label"], run["seed"]): run for run in runs if run.get("final_eval")})
+    return out
 
 
 def label_seeds(label: str) -> tuple[str, list[int] | None]:
@@ -135,6 +140,8 @@ def main(argv=None) -> list[tuple[str, dict[str, list[float]]]]:
     p.add_argument("--b", nargs="+", required=True, help="the law it is compared with (the first label per seed)")
     p.add_argument("--group", nargs=3, action="append", required=True, metavar=("NAME", "RESULTS", "SEEDS"),
                    help="a cache and its seeds ('0-9,12'); repeat for several")
+    p.add_argument("--without_eval", action="store_true",
+                   help="also pair runs cached without --final_eval (tracking and reward only; accuracy left empty)")
     a = p.parse_args(argv)
     groups = []
     for name, path, seeds in a.group:
@@ -142,12 +149,13 @@ def main(argv=None) -> list[tuple[str, dict[str, list[float]]]]:
             wanted = parse_seeds(seeds)
         except ValueError:
             p.error(f"group {name!r}: seeds must read like '0-9,12', got {seeds!r}")
-        runs = evaluated_runs(path)
+        runs = evaluated_runs(path, a.without_eval)
         diffs = differences(runs, a.a, a.b, wanted)
         if not diffs["seed"]:  # a misspelt label or seed range would otherwise print an empty row
             labels = sorted({label for label, _ in runs})
-            p.error(f"group {name!r}: no seed in {seeds} has a run of both laws with a final evaluation in {path}; "
-                    f"its evaluated labels: {', '.join(labels) or 'none'}")
+            what = "a run" if a.without_eval else "a run with a final evaluation"
+            p.error(f"group {name!r}: no seed in {seeds} has {what} of both laws in {path}; "
+                    f"its labels{'' if a.without_eval else ' with one'}: {', '.join(labels) or 'none'}")
         groups.append((name, diffs))
     if len(groups) > 1:
         pooled: dict[str, list[float]] = {}

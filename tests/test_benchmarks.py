@@ -419,6 +419,16 @@ def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_group
     (_, one), = paired.main(["--a", "hold/new", "--b", "hold/old again@5", "hold/old",
                              "--group", "one", str(paths[0]), "0-2"])
     assert one["b:train_sampled"] == pytest.approx([0.7, 0.7])
+    # runs cached without a final evaluation count only with --without_eval, with empty accuracy columns
+    bare = dict(run("hold/new", 2, 1.0, 0.9), final_eval=None, key="bare")
+    (tmp_path / "r2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [bare, run("hold/old", 2, 1.1, 0.7)]))
+    with pytest.raises(SystemExit):
+        paired.main(["--a", "hold/new", "--b", "hold/old", "--group", "one", str(tmp_path / "r2.jsonl"), "2"])
+    capsys.readouterr()
+    (_, one), = paired.main(["--a", "hold/new", "--b", "hold/old", "--without_eval",
+                             "--group", "one", str(tmp_path / "r2.jsonl"), "2"])
+    assert one["seed"] == [2] and one["err"][0] < 0 and math.isnan(one["train_sampled"][0])
+    assert "| one | 1 | 1 of 1 |" in capsys.readouterr().out
 
 
 def test_error_budget_splits_the_metric_by_phase_and_finds_the_noise_floor(tmp_path, capsys):
