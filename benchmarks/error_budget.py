@@ -108,11 +108,11 @@ def main(argv=None):
     p.add_argument("--low", type=float, default=-0.1, help="the bonus's lower bound, for the lower-bound table")
     p.add_argument("--from_step", type=int, default=40, help="first step index of the lower-bound table")
     a = p.parse_args(argv)
-    runs = evaluated_runs(a.results)
+    runs = evaluated_runs(a.results, without_eval=True)  # the curves only: an evaluation is not needed
     edges = [int(x) for x in a.phases.split(",")]
     seeds = [s for s in parse_seeds(a.seeds) if (a.label, s) in runs]
     if not seeds:
-        raise SystemExit(f"no cached run of {a.label!r} with a final evaluation on those seeds")
+        raise SystemExit(f"no cached run of {a.label!r} on those seeds")
     names = [f"steps {lo + 1}-{hi}" for lo, hi in zip(edges, edges[1:])]
     print(f"{a.label}, {len(seeds)} seeds: the metric split by phase (mean over seeds; in %)\n")
     print("| seed | metric | " + " | ".join(f"{n}: share / error / offset" for n in names) + " | noise sigma | floor |")
