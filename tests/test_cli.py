@@ -236,6 +236,9 @@ def test_missing_split_or_column_names_the_flag(local_dataset):
         grpo_script._split_and_rename(ds, _script_args(dataset_train_split="training"), False, "'json'")
     with pytest.raises(ValueError, match=r"dataset_prompt_column='problem'.*question"):
         grpo_script._split_and_rename(ds, _script_args(dataset_prompt_column="problem"), False, "'json'")
+    # the default column name on data that has no 'prompt' column: the same flag named, before any model loads
+    with pytest.raises(ValueError, match=r"has no 'prompt' column \(its columns: \['question'.*dataset_prompt_column"):
+        grpo_script._split_and_rename(ds, _script_args(), False, "'json'")
 
 
 def test_testbed_dataset_has_a_test_split():
@@ -515,6 +518,9 @@ def _usage_error_cases(tmp_path):
                            ["--reward_funcs: reward function 'json:missing': module 'json' has no 'missing'"]),
         "prompt_column": (["--testbed", "tiny", "--dataset_prompt_column", "question"],
                           ["dataset_prompt_column='question' is not a column", "['prompt', 'answer']"]),
+        "no_prompt_column": (["--testbed", "tiny", "--dataset_name", "./questions"],
+                             ["split 'train' of ", "has no 'prompt' column", "['question', 'answer']",
+                              "set dataset_prompt_column"]),
         "test_split": (["--testbed", "tiny", "--eval_strategy", "steps", "--eval_steps", "1", "--dataset_test_split",
                         "validation"], ["dataset_test_split='validation' is not a split", "eval_strategy to 'no'"]),
         "model_folder": (["--testbed", "tiny", "--model_name_or_path", "./no/such/model"],
@@ -525,10 +531,13 @@ def _usage_error_cases(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["bad_yaml", "missing_recipe", "typo_key", "typo_flag", "missing_reward",
-                                  "prompt_column", "test_split", "model_folder", "dataset_folder"])
+                                  "prompt_column", "no_prompt_column", "test_split", "model_folder",
+                                  "dataset_folder"])
 def test_usage_errors_are_one_line_naming_the_flag(case, tmp_path, monkeypatch, capsys):
     argv, expected = _usage_error_cases(tmp_path)[case]
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "questions").mkdir()  # a local dataset folder whose prompts are in a column named otherwise
+    (tmp_path / "questions" / "train.jsonl").write_text('{"question": "1+1=", "answer": "2"}\n' * 4)
     monkeypatch.delenv("TRL_ENTROPY_DEBUG", raising=False)
     monkeypatch.setattr(grpo_script, "_load_model", lambda *a: pytest.fail("the model must not load"))
     assert cli.main(["grpo"] + argv + CPU) == 2

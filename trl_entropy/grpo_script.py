@@ -375,9 +375,12 @@ def _split_and_rename(dataset, script_args: ScriptArguments, eval_wanted: bool, 
 
 
 def _rename_prompt_column(dataset, column: str, split: str, source: str):
-    if column == "prompt":
-        return dataset
     names = dataset.column_names  # None for some streamed datasets: then the rename itself reports a missing column
+    if column == "prompt":
+        if names is not None and "prompt" not in names:  # the default left as it is, on data that names it otherwise
+            raise UsageError(f"split {split!r} of {source} has no 'prompt' column (its columns: {names}): set "
+                             "dataset_prompt_column to the column that holds the prompts.")
+        return dataset
     if names is not None and column not in names:
         raise UsageError(f"dataset_prompt_column={column!r} is not a column of split {split!r} of {source} (its "
                          f"columns: {names}): set dataset_prompt_column to the column that holds the prompts.")
