@@ -137,6 +137,27 @@ def test_push_to_hub_with_the_hub_offline_fails_at_construction_with_one_short_e
     assert isinstance(info.value.__cause__, OfflineModeIsEnabled)  # the original is chained, not lost
 
 
+def test_the_cli_prints_the_hub_error_as_one_line_and_exits_1(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    from trl_entropy import cli
+    from trl_entropy.trainers.faults import HubError
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_TOKEN", "hf_fake")
+    monkeypatch.delenv("TRL_ENTROPY_DEBUG", raising=False)
+    argv = ["grpo", "--testbed", "tiny", "--use_cpu", "true", "--bf16", "false", "--max_steps", "1",
+            "--output_dir", str(tmp_path / "out"), "--push_to_hub", "true", "--hub_model_id", "someone/x",
+            "--report_to", "none", "--per_device_train_batch_size", "4", "--num_generations", "4"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = next(x for x in err.splitlines() if x.startswith("trl-entropy grpo: error: "))
+    assert "the Hugging Face Hub is unreachable" in line and "set push_to_hub=False" in line
+    with pytest.raises(HubError):  # --debug shows the traceback
+        cli.main(argv + ["--debug"])
+
+
 def test_a_repo_that_cannot_be_created_for_another_reason_says_so(tmp_path, monkeypatch):
     from huggingface_hub import HfApi
 

@@ -150,6 +150,7 @@ def _grpo(argv):
     argv, debug = _debug_requested(argv)
     _quiet_third_party(chatter=False)  # before parsing: TrainingArguments warns while it is built
     from .grpo_script import UsageError, run_grpo
+    from .trainers.faults import HubError
 
     try:
         return run_grpo(argv)
@@ -158,6 +159,11 @@ def _grpo(argv):
             raise
         print(f"trl-entropy grpo: error: {err}", file=sys.stderr)
         return 2
+    except HubError as err:  # not a usage mistake, but its message already says what to do
+        if debug:
+            raise
+        print(f"trl-entropy grpo: error: {err}", file=sys.stderr)
+        return 1
 
 
 def __getattr__(name):

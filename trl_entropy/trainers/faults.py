@@ -31,12 +31,17 @@ from trl.trainer.utils import is_async_callable
 
 from .._trl_private import log_metric
 
-__all__ = ["FaultHandlingMixin", "check_reward_output", "check_train_dataset"]
+__all__ = ["FaultHandlingMixin", "HubError", "check_reward_output", "check_train_dataset"]
 
 METRIC_PREFIX = "entropy_control/"
 
 
 _REWARD_EXPECTED = "a list of floats (or None for a completion it cannot score), one per completion"
+
+
+class HubError(RuntimeError):
+    """The Hub repo of a `push_to_hub` run cannot be created or reached. Its message says why and how to train
+    without pushing; `trl-entropy grpo` prints it as one line and exits with status 1."""
 
 
 def _describe_value(value) -> str:
@@ -500,7 +505,7 @@ class FaultHandlingMixin:
             else:
                 why = (f"{where} the Hub repo {repo!r} could not be created or opened ({_short_error(err)}). Check "
                        "hub_model_id and the token (`hf auth login`, HF_TOKEN or hub_token).")
-            raise RuntimeError(f"{why} {later}") from err
+            raise HubError(f"{why} {later}") from err
 
     # ------------------------------------------------------------------ resume
     def _check_resume_round_boundary(self, checkpoint) -> None:
