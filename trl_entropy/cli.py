@@ -154,16 +154,11 @@ def _grpo(argv):
 
     try:
         return run_grpo(argv)
-    except UsageError as err:
+    except (UsageError, HubError) as err:  # each message says what to do: one line, no traceback
         if debug:
             raise
         print(f"trl-entropy grpo: error: {err}", file=sys.stderr)
-        return 2
-    except HubError as err:  # not a usage mistake, but its message already says what to do
-        if debug:
-            raise
-        print(f"trl-entropy grpo: error: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, UsageError) else 1  # a Hub that cannot be reached is not a usage mistake
 
 
 def __getattr__(name):
