@@ -402,8 +402,8 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     with open(os.path.join(settings.output_dir, "summary.json"), "w") as f:
         json.dump({"target_start": start, "testbed": tb.name,
                    "settings": {k: v for k, v in settings.__dict__.items() if k != "recipe"},
-                   # the tiny model's pretraining recipe; a testbed loaded from a file has none
-                   "recipe": settings.recipe.__dict__ if tb.name == "tiny" else None,
+                   # the pretraining recipe of a model built here (the tiny one); a pretrained testbed has none
+                   "recipe": settings.recipe.__dict__ if tb.base_model is None else None,
                    "step_time_note": STEP_TIME_NOTE, "results": summary}, f, indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
                                                                                 "entropy_curves.png"))

@@ -687,12 +687,9 @@ class EntropyBonusController:
         if self.integral_beyond == "skip_overshoot" and summed < -self.integral_clip:
             summed = 0.0  # the same, for an overshoot only: a collapse below the target is still summed
         summed = min(self.integral_clip, max(-self.integral_clip, summed))
-        if not self._integral_stops(summed, low):
-            self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
-        elif self.lower_ki_fraction > 0.0 and self.raw <= low and summed < 0:
-            # at the lower bound, pushed further down: a fraction of the update (step 5, "lower_ki_fraction")
-            step = scale * self.lower_ki_fraction * self.ki * summed
-            self.integral = min(self.c_max, max(low, self.integral + step))
+        share = self._integral_share(summed, low)
+        if share > 0.0:
+            self.integral = min(self.c_max, max(low, self.integral + share * scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)  # the anneal's bound applies to the integral as well
         # the anneal's bound is a choice, not a sign that the knob's scale is too small: it does not grow
@@ -756,13 +753,16 @@ class EntropyBonusController:
         further (conditional integration, and the bounds' growth)."""
         return (self.raw >= self.c_max and error > 0) or (self.raw <= low and error < 0)
 
-    def _integral_stops(self, error: float, low: float) -> bool:
-        """Whether the integral skips this update (step 5 of the class docstring): the output sits at a bound with
-        ``error`` pushing further (``"conditional"``), or only at the upper bound (``"upper"``; at the lower one the
-        integral keeps integrating, held within it)."""
-        if self.antiwindup == "upper":
-            return self.raw >= self.c_max and error > 0
-        return self._pushes_past_a_bound(error, low)
+    def _integral_share(self, error: float, low: float) -> float:
+        """The share of its update the integral takes (step 5 of the class docstring): 0 while the output sits at
+        the upper bound with ``error`` pushing further; at the lower bound so pushed, 1 with ``"upper"`` (held
+        within the bound) and ``lower_ki_fraction`` with ``"conditional"`` (0 by default: it stops there too);
+        elsewhere 1."""
+        if self.raw >= self.c_max and error > 0:
+            return 0.0
+        if self.raw <= low and error < 0:
+            return 1.0 if self.antiwindup == "upper" else self.lower_ki_fraction
+        return 1.0
 
     def low_bound(self, slope: float) -> float:
         """The coefficient's lower bound for an update whose target moved by ``slope``: ``c_min``, or, with
