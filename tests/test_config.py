@@ -318,3 +318,68 @@ def test_the_cpu_flags_are_read_from_proc_cpuinfo():
         assert found is (("avx512_bf16" in flags.split()) or ("amx_bf16" in flags.split())) if flags else found is None
     else:
         assert found is None
+
+
+# TRL's own entropy fields that a control replaces (issue 53): a value set away from TRL's default is never silently
+# dropped.
+BONUS = dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5)
+TRL_RULE = dict(entropy_control="trl_adaptive", entropy_schedule_start=0.5)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(BONUS, entropy_target=0.5),
+         r"entropy_target=0.5 set with entropy_control='entropy_bonus': it is the target of TRL's adaptive "
+         r"coefficient .* does not run here; the control follows the schedule's target \(entropy_schedule_start=0.5\)"
+         r", so entropy_target has no effect on this run"),
+        (dict(TRL_RULE, entropy_target=0.3),
+         r"entropy_target=0.3 set with entropy_control='trl_adaptive': the trainer overwrites it every optimizer step "
+         r"with the schedule's target"),
+        (dict(entropy_control="w_reinforce", entropy_target=0.3),
+         r"entropy_target=0.3 .* this control follows no target"),
+        (dict(BONUS, entropy_coef_max=0.3, entropy_coef_delta=0.01),
+         r"entropy_coef_delta=0.01, entropy_coef_max=0.3 set: they are settings of TRL's adaptive entropy coefficient, "
+         r"and entropy_control='entropy_bonus' moves the coefficient by its own law within \[entropy_bonus_min, "
+         r"entropy_bonus_max\] = \[-0.1, 0.5\], so they have no effect on this run"),
+        (dict(AC, entropy_coef_min=0.01),
+         r"entropy_coef_min=0.01 set: it is a setting of TRL's adaptive entropy coefficient, and "
+         r"entropy_control='adaptive_clip' does not run TRL's adaptive entropy coefficient"),
+        (dict(AC, entropy_bonus_assist=True, entropy_coef=0.01),
+         r"entropy_coef=0.01 set with entropy_control='adaptive_clip' and entropy_bonus_assist=True: the assist's "
+         r"feedback bonus sets the entropy coefficient from the first optimizer step on"),
+    ],
+)
+def test_a_trl_field_the_control_replaces_warns(kw, message):
+    with pytest.warns(UserWarning, match=message) as record:
+        cfg(**kw)
+    assert [w.filename for w in record if re.search(message, str(w.message))] == [__file__]  # the caller's line
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(BONUS, entropy_coef=0.01),  # the bonus's initial coefficient
+        dict(TRL_RULE, entropy_coef=0.01, entropy_coef_delta=0.01, entropy_coef_max=0.5),  # TRL's rule runs them
+        dict(AC, entropy_coef=0.01),  # a static bonus beside a paper's control
+        dict(BONUS, top_entropy_quantile=0.2),  # the bonus acts on the tokens that train; measured over all
+        dict(entropy_target=0.5, entropy_coef_max=0.3),  # plain GRPO is TRL's: its fields are TRL's business
+        dict(BONUS, entropy_target=0.2),  # TRL's default value: not set
+    ],
+)
+def test_trl_fields_a_control_uses_do_not_warn(kw):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r".*no effect on this run")
+        cfg(**kw)
+
+
+def test_trl_rule_on_the_top_entropy_tokens_against_a_schedule_is_refused():
+    with pytest.raises(ValueError, match=r"top_entropy_quantile=0.2 with entropy_control='trl_adaptive' .* measures "
+                                         r"the entropy of the top-quantile tokens only.* Set top_entropy_quantile=1.0"):
+        cfg(**TRL_RULE, top_entropy_quantile=0.2)
+
+
+def test_a_target_given_as_entropy_target_alone_is_pointed_to_entropy_schedule_start():
+    with pytest.raises(ValueError, match=r"entropy_schedule_start must be set .* pass entropy_schedule_start=0.5 "
+                                         r"instead"):
+        cfg(entropy_control="entropy_bonus", entropy_target=0.5)

@@ -877,6 +877,7 @@ class GRPOEntropyConfig(GRPOConfig):
         self._validate_entropy_fields()
         self._validate_model_card_fields()
         self._warn_unused_control_fields()
+        self._check_replaced_trl_fields()
         self._warn_bf16_on_cpu()
 
     def _warn_bf16_on_cpu(self) -> None:
@@ -944,6 +945,89 @@ class GRPOEntropyConfig(GRPOConfig):
             UserWarning,
             stacklevel=4,
         )
+
+    def _check_replaced_trl_fields(self) -> None:
+        """A warning for each of TRL's own entropy fields set away from its default that the chosen control replaces
+        (so the value would otherwise be dropped without a word), and a ``ValueError`` where the combination
+        contradicts itself. Plain GRPO (``entropy_control="none"``) is TRL's and is left alone.
+
+        What each control does with TRL's fields (trl 1.16):
+
+        * ``entropy_target`` is read by TRL's adaptive coefficient only (``use_adaptive_entropy``). Where that rule
+          runs with a schedule (``trl_adaptive``, or ``allow_trl_adaptive_entropy``), the trainer writes the scheduled
+          target into it every optimizer step; where it does not run, nothing reads it. Either way the value given is
+          unused while a control runs, except for TRL's rule beside a control without a schedule.
+        * ``entropy_coef_delta``, ``entropy_coef_min``, ``entropy_coef_max``: TRL's adaptive rule's step and bounds,
+          unused without it (``entropy_bonus`` has its own law and bounds, ``entropy_bonus_min/max``).
+        * ``entropy_coef`` is the initial coefficient of ``entropy_bonus`` and ``trl_adaptive``, and a static bonus
+          beside the other controls; with ``entropy_bonus_assist=True`` the assist sets the coefficient from the
+          first step on (starting at 0), so a static value never applies.
+        * ``use_adaptive_entropy`` with a control other than ``trl_adaptive`` is refused in ``_validate_entropy_fields``
+          (unless ``allow_trl_adaptive_entropy``).
+        * ``top_entropy_quantile < 1``: TRL's adaptive rule measures the entropy of the top-quantile tokens only (the
+          tokens that train), while a schedule's target, ``"initial"``, ``entropy_control/measured`` and the tracking
+          error are the mean over every completion token. With TRL's rule following the schedule the two differ by
+          construction: refused.
+        """
+        control = self.entropy_control
+        if control == "none":
+            return
+        trl_rule = bool(self.use_adaptive_entropy)  # TRL's adaptive coefficient runs (trl_adaptive sets it)
+        scheduled = self.entropy_schedule is not None
+        who = f"entropy_control={control!r}"
+        if trl_rule and scheduled and self.top_entropy_quantile < 1.0:
+            raise ValueError(
+                f"top_entropy_quantile={self.top_entropy_quantile} with {who} and TRL's adaptive entropy coefficient "
+                "following the schedule: TRL's rule measures the entropy of the top-quantile tokens only, but the "
+                "scheduled target (and 'initial', entropy_control/measured, the tracking error) is the mean over every "
+                "completion token, so the rule would hold a different quantity at the target than the one reported. "
+                "Set top_entropy_quantile=1.0, or use entropy_control='entropy_bonus', which measures every token."
+            )
+        if self._fields_set("entropy_target") and (scheduled or not trl_rule):
+            start = (f" (entropy_schedule_start={self.entropy_schedule_start!r})"
+                     if self.entropy_schedule_start is not None else "")
+            if trl_rule:
+                instead = (f"the trainer overwrites it every optimizer step with the schedule's target{start}, which "
+                           "TRL's adaptive coefficient follows")
+            elif self._control_follows_target():
+                instead = ("it is the target of TRL's adaptive coefficient (use_adaptive_entropy), which does not run "
+                           f"here; the control follows the schedule's target{start}")
+            else:
+                instead = ("it is the target of TRL's adaptive coefficient (use_adaptive_entropy), which does not run "
+                           "here, and this control follows no target")
+            warnings.warn(
+                f"entropy_target={self.entropy_target} set with {who}: {instead}, so entropy_target has no effect on "
+                "this run. Give the target as entropy_schedule_start (and entropy_schedule_end).",
+                UserWarning,
+                stacklevel=4,
+            )
+        bounds = self._fields_set("entropy_coef_delta", "entropy_coef_min", "entropy_coef_max")
+        if bounds and not trl_rule:
+            names = ", ".join(f"{n}={getattr(self, n)}" for n in bounds)
+            if control == "entropy_bonus":
+                instead = (f"{who} moves the coefficient by its own law within [entropy_bonus_min, "
+                           f"entropy_bonus_max] = [{self.entropy_bonus_min}, {self.entropy_bonus_max}]")
+            else:
+                instead = f"{who} does not run TRL's adaptive entropy coefficient (use_adaptive_entropy=False)"
+            warnings.warn(
+                f"{names} set: {'it is a setting' if len(bounds) == 1 else 'they are settings'} of TRL's adaptive "
+                f"entropy coefficient, and {instead}, so {'it has' if len(bounds) == 1 else 'they have'} no effect "
+                "on this run.",
+                UserWarning,
+                stacklevel=4,
+            )
+        if self.entropy_bonus_assist and self._fields_set("entropy_coef"):
+            warnings.warn(
+                f"entropy_coef={self.entropy_coef} set with {who} and entropy_bonus_assist=True: the assist's feedback "
+                "bonus sets the entropy coefficient from the first optimizer step on (starting at 0, and 0 while the "
+                f"control's own knob copes), so the static coefficient {self.entropy_coef} has no effect on this run.",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    def _control_follows_target(self) -> bool:
+        control_cls = _control_registry().get(self.entropy_control)
+        return control_cls is not None and control_cls.follows_target_for(self)
 
     def _can_take_assist(self) -> bool:
         """Whether ``entropy_bonus_assist=True`` is allowed with this control: a target-following paper control
@@ -1050,9 +1134,13 @@ class GRPOEntropyConfig(GRPOConfig):
             if self.entropy_schedule is None:
                 self.entropy_schedule = "constant"
             if self.entropy_schedule_start is None and not callable(self.entropy_schedule):
+                hint = (f" (entropy_target, TRL's target for its adaptive coefficient, is not this control's target: "
+                        f"pass entropy_schedule_start={self.entropy_target} instead.)"
+                        if self._fields_set("entropy_target") else "")
                 raise ValueError(
                     f"entropy_schedule_start must be set for entropy_control={control!r}: a target entropy in nats "
                     f"(>= 0), 'initial' (the starting model's own entropy) or a fraction of it such as '0.9*initial'."
+                    + hint
                 )
         elif schedule_fields_set and control != "none":
             if self.entropy_schedule is None and self.entropy_schedule_start is not None:
