@@ -200,3 +200,21 @@ def test_long_series_are_plain_lines_with_whole_step_ticks():
         assert all(float(t).is_integer() for t in visible_xticks(ax))
     short = training_figures([{"step": s, "reward": 0.1} for s in (1, 2, 3)])["reward.png"].axes[0]
     assert all(float(t).is_integer() for t in visible_xticks(short))  # matplotlib's default here: 1.0, 1.25, ...
+
+
+def test_the_entropy_coefficient_is_drawn_once():
+    """TRL logs `entropy_coef` and a control that moves it logs `entropy_control/entropy_coef`: one panel, the
+    control's (signed, also where TRL applies 0); TRL's own series only where no control logs the coefficient."""
+    from trl_entropy.evaluation import training_figures
+
+    def panels(history):
+        return [ax.get_ylabel() for ax in training_figures(history)["entropy_knob.png"].axes]
+
+    both = [{"step": s, "entropy_coef": 0.0, "entropy_control/entropy_coef": -0.05 * s} for s in (1, 2, 3)]
+    assert panels(both) == ["entropy_coef"]
+    ax = training_figures(both)["entropy_knob.png"].axes[0]
+    assert list(ax.get_lines()[0].get_ydata()) == [-0.05, -0.1, -0.15000000000000002]  # the control's series
+    assisted = [dict(row, **{"entropy_control/epsilon_high": 0.28}) for row in both]
+    assert panels(assisted) == ["epsilon_high", "entropy_coef"]
+    plain = [{"step": s, "entropy_coef": 0.01 * s} for s in (1, 2, 3)]  # plain GRPO or TRL's rule on its own
+    assert panels(plain) == ["entropy_coef"]

@@ -273,8 +273,14 @@ def training_figures(log_history: list[dict]) -> dict:
         ax.legend()
         figures["entropy_curves.png"] = fig
     knobs = [(k, *_series(log_history, f"entropy_control/{k}")) for k in _KNOBS]
-    knobs += [("entropy_coef", *_series(log_history, "entropy_coef"))]
     knobs = [(k, s, v) for k, s, v in knobs if s]
+    if not any(k == "entropy_coef" for k, _, _ in knobs):
+        # TRL's own `entropy_coef` metric: the coefficient of plain GRPO's bonus or of TRL's adaptive rule. Where a
+        # control logs `entropy_control/entropy_coef` (the bonus, TRL's rule as a control, the assist) that panel is
+        # the same knob, signed even where TRL applies 0 (a scoped penalty): drawn once, from the control's series.
+        steps_coef, coef = _series(log_history, "entropy_coef")
+        if steps_coef:
+            knobs.append(("entropy_coef", steps_coef, coef))
     if knobs:
         fig, axes = new_figure(len(knobs), 1, figsize=(6.4, 2.4 * len(knobs)))
         for ax, (k, s, v) in zip(axes[:, 0], knobs):
