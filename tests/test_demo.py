@@ -1,11 +1,13 @@
 """The main job end to end, shortened: `trl-entropy demo` on a tiny recipe writes its table, PNG and JSONL."""
 
 import json
+import math
 import os
 
 from trl_entropy import cli
 from trl_entropy.demo import runner
 from trl_entropy.demo.testbed import TestbedRecipe
+from trl_entropy.metrics import TRACKING_ERROR_DEFINITION, tracking_error
 
 TINY = TestbedRecipe(sft_steps=5, sft_batch_size=8, hidden_size=16, intermediate_size=32, num_heads=2,
                      num_kv_heads=1, num_layers=1)
@@ -18,6 +20,12 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     results = runner.run_demo(list(runner.METHODS), settings)
     out = capsys.readouterr().out
     assert "track err" in out and "grpo" in out and "entrocraft" in out
+    # "track err" is the benchmarks' tracking error (issue 53), defined under the table and in summary.json
+    assert "track err: the tracking error, mean over the steps after the first 20% of |MA10(H)" in out
+    assert "first 10%" not in out
+    for r in results:
+        expected = tracking_error(r["measured"], r["target"])
+        assert r["tracking_error"] == expected or math.isnan(r["tracking_error"]) and math.isnan(expected)
     assert {r["method"] for r in results} == set(runner.METHODS)
     assert os.path.getsize(tmp_path / "out" / "entropy_curves.png") > 10_000
     rows = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
@@ -57,6 +65,7 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     # step-time ratios come with their caveat, printed and in summary.json
     assert "vs grpo*" in out and "one after another" in out and "benchmarks/overhead.py" in out
     assert summary["step_time_note"] == runner.STEP_TIME_NOTE and "may be busy" in summary["step_time_note"]
+    assert summary["tracking_error_definition"] == TRACKING_ERROR_DEFINITION
 
 
 def test_cli_help_and_unknown_command(capsys):
@@ -91,3 +100,4 @@ def test_table_compares_step_time_only_with_the_baseline_present():
     assert "nan" not in alone and alone.rstrip().endswith("–")
     both = runner.format_table([dict(row, method="grpo", median_step_time=0.02), row]).splitlines()
     assert both[2].rstrip().endswith("1.00x") and both[3].rstrip().endswith("1.50x")
+    assert runner.TRACK_ERR_NOTE in "\n".join(both).replace("\n  ", " ")  # the table defines its "track err"

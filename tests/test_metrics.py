@@ -129,3 +129,41 @@ def test_fit_is_frozen():
 def test_fit_validation(hs, rs, match):
     with pytest.raises(ValueError, match=match):
         fit_entropy_performance(hs, rs)
+
+
+# ---------------------------------------------------------------- tracking error (issue 53: one definition)
+
+
+def test_tracking_error_is_the_ma10_error_after_the_first_fifth():
+    from trl_entropy.metrics import TRACKING_ERROR_DEFINITION, moving_average, tracking_error
+
+    target = [1.0] * 20
+    measured = [2.0, 0.0] * 10  # oscillates around the target: 100% raw error per step, small once averaged
+    assert tracking_error(measured, target) < 0.12
+    assert tracking_error([1.0] * 20, target) == 0.0
+    ramp = [0.5 + 0.05 * s for s in range(20)]  # the first fifth (4 steps) is not scored
+    expected = [abs(m - 1.0) for m in moving_average(ramp)][4:]
+    assert tracking_error(ramp, target) == pytest.approx(sum(expected) / len(expected), rel=1e-12)
+    assert moving_average([1.0, None, 3.0], window=2) == [1.0, 1.0, 3.0]
+    assert math.isnan(tracking_error([], []))
+    assert "first 20%" in TRACKING_ERROR_DEFINITION and "MA10" in TRACKING_ERROR_DEFINITION
+
+
+def test_tracking_error_is_the_benchmarks_metric():
+    """The demo and the model card report the number the benchmarks (README's table, docs/benchmarks.md) report."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks import tracking
+
+    from trl_entropy.metrics import tracking_error
+
+    rng = random.Random(0)
+    for n in (5, 37, 100):
+        target = [1.0 - 0.4 * s / n for s in range(n)]
+        measured = [t * (1 + 0.3 * rng.gauss(0, 1)) for t in target]
+        measured[n // 2] = None  # a step without a reading
+        assert tracking_error(measured, target) == tracking.smoothed_error(measured, target)

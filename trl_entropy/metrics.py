@@ -1,4 +1,5 @@
-"""Evaluation metrics: the unbiased pass@k estimator and the entropy-performance fit of Cui et al. 2025.
+"""Evaluation metrics: the unbiased pass@k estimator, the entropy-performance fit of Cui et al. 2025, and the tracking
+error that the demo, the model card and the benchmarks report.
 
 Pure Python (no torch/numpy needed): numbers in, numbers out.
 """
@@ -9,7 +10,12 @@ import math
 import operator
 from dataclasses import dataclass
 
-__all__ = ["pass_at_k", "fit_entropy_performance", "EntropyPerformanceFit"]
+__all__ = ["pass_at_k", "fit_entropy_performance", "EntropyPerformanceFit", "moving_average", "tracking_error",
+           "TRACKING_ERROR_DEFINITION"]
+
+# How :func:`tracking_error` is defined, in the words printed under every table that shows it.
+TRACKING_ERROR_DEFINITION = ("mean over the steps after the first 20% of |MA10(H) - MA10(target)| / MA10(target), "
+                             "MA10 the trailing 10-step moving average")
 
 
 def _int_arg(name: str, x) -> int:
@@ -143,3 +149,32 @@ def fit_entropy_performance(entropies, scores) -> EntropyPerformanceFit:
     b = r_mean - slope * x_mean
     rmse = math.sqrt(math.fsum((r - (b - a * x)) ** 2 for x, r in zip(xs, rs)) / n)
     return EntropyPerformanceFit(a=a, b=b, ceiling=b - a, rmse=rmse, n_points=n)
+
+
+def moving_average(values, window: int = 10) -> list:
+    """Trailing moving average of ``values``: each point is the mean of the last ``window`` values up to it (the
+    first ``window - 1`` points average what exists so far); ``None`` values are left out of the mean, and a point
+    whose window holds none is ``None``."""
+    out, acc = [], []
+    for v in values:
+        acc.append(v)
+        tail = [x for x in acc[-window:] if x is not None]
+        out.append(sum(tail) / len(tail) if tail else None)
+    return out
+
+
+def tracking_error(measured, target, window: int = 10, skip_fraction: float = 0.2) -> float:
+    """How far the measured entropy stayed from its target: the mean, over the steps after the first
+    ``skip_fraction``, of ``|MA(measured) - MA(target)| / MA(target)`` with ``MA`` the trailing ``window``-step
+    :func:`moving_average` (:data:`TRACKING_ERROR_DEFINITION`).
+
+    The one definition of "tracking error" in the demo's table, the model card and the benchmarks (README's table,
+    ``docs/benchmarks.md``): the moving average takes out the per-step reading's sampling noise, which on SmolLM2
+    about doubles a raw per-step error, and the first fifth of the steps (the climb to the target) is not scored.
+    ``measured`` and ``target`` are per-step series of the same steps (``None`` where a step has no value; a step
+    whose averaged target is not > 0 is left out). Returns NaN when no step is scored.
+    """
+    m, t = moving_average(measured, window), moving_average(target, window)
+    errors = [abs(a - b) / b for a, b in zip(m, t) if a is not None and b is not None and b > 0]
+    tail = errors[int(len(errors) * skip_fraction):]
+    return sum(tail) / len(tail) if tail else float("nan")
