@@ -240,3 +240,58 @@ def test_failed_upload_leaves_the_checkpoint_intact(tmp_path, hub):
     resumed = make(tiny_args(tmp_path, max_steps=4, save_strategy="no", **AC))
     resumed.train(resume_from_checkpoint=str(ckpt))
     assert resumed.state.global_step == 4
+
+
+def _main_settings(card):
+    """The rows of the card's main table of settings: between the method's paragraph and the collapsed list."""
+    section = card.split("## Entropy control", 1)[1].split("<details>", 1)[0]
+    return [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+
+
+BONUS_WSD = dict(entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="initial",
+                 entropy_schedule_end="0.5*initial")
+
+
+def test_a_default_settings_card_lists_its_few_essential_settings_and_folds_the_rest(tmp_path):
+    """Issue 53: the card listed ~30 entropy_bonus_* settings. A run at the defaults shows the control, its target
+    and the versions whose defaults fix the rest; every setting is in a collapsed section below."""
+    trainer = make(tiny_args(tmp_path, max_steps=2, **BONUS_WSD))
+    trainer.train()
+    card = render_model_card(trainer)
+    import trl
+
+    from trl_entropy import __version__
+
+    main = _main_settings(card)
+    assert len(main) <= 10, main
+    assert main == ["entropy_control", "entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
+                    "trl-entropy", "trl"]
+    assert "| `entropy_control` | entropy_bonus |" in card and f"| `trl-entropy` | {__version__} |" in card
+    assert (f"Every other setting of the method is at its default in trl-entropy {__version__} and TRL "
+            f"{trl.__version__}.") in card
+    details = card.split("<details>", 1)[1].split("</details>", 1)[0]
+    assert "<summary>All " in details and "| `entropy_bonus_kp` | 0.25 |" in details
+    assert "| `entropy_bonus_kp`" not in card.split("<details>", 1)[0]
+
+
+def test_settings_that_differ_from_their_defaults_are_in_the_main_table(tmp_path):
+    trainer = make(tiny_args(tmp_path, max_steps=1, **BONUS_WSD, entropy_bonus_kp=0.5, entropy_coef=0.01))
+    trainer.train()
+    card = render_model_card(trainer)
+    main = _main_settings(card)
+    assert "entropy_bonus_kp" in main and "entropy_coef" in main and "entropy_bonus_ki" not in main
+    assert "| `entropy_bonus_kp` | 0.5 |" in card.split("<details>", 1)[0]
+    assert "2 setting(s) of the method differ from their defaults" in card
+
+
+def test_the_card_s_tracking_error_is_the_benchmarks_metric_and_says_so(tmp_path):
+    """One definition of the tracking error everywhere (issue 53): the MA10 error after the first 20% of steps."""
+    from trl_entropy.metrics import TRACKING_ERROR_DEFINITION, tracking_error
+
+    trainer = make(tiny_args(tmp_path, max_steps=6, **AC))
+    trainer.train()
+    card = render_model_card(trainer)
+    rows = [h for h in trainer.state.log_history if "entropy_control/relative_tracking_error" in h]
+    err = tracking_error([h["entropy_control/measured"] for h in rows], [h["entropy_control/target"] for h in rows])
+    assert f"Tracking error: **{100 * err:.1f}%** ({TRACKING_ERROR_DEFINITION})." in card
+    assert "after the first 10% of steps" not in card

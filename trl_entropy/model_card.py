@@ -6,13 +6,16 @@ from a trainer, and ``GRPOEntropyTrainer.create_model_card`` writes the result t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
+import statistics
 from collections.abc import Mapping
 from importlib import resources
 
 from ._trl_private import model_name_or_path
+from .metrics import TRACKING_ERROR_DEFINITION, tracking_error
 
 __all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "method_info",
            "METHOD_INFO", "BIBTEX"]
@@ -154,6 +157,81 @@ def _table(rows, header=("parameter", "value")) -> str:
     lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
     lines += [f"| `{k}` | {_fmt(v)} |" for k, v in rows]
     return "\n".join(lines)
+
+
+# Always in the card's main table of settings (when the run has them): which control, and the target it followed.
+ESSENTIAL_SETTINGS = ("entropy_control", "entropy_schedule", "entropy_schedule_start", "entropy_schedule_end")
+
+
+def _field_defaults(args) -> dict:
+    """``{field: default}`` of the config's dataclass (TRL's and this package's), for the fields that have one."""
+    if not dataclasses.is_dataclass(args):
+        return {}
+    out = {}
+    for f in dataclasses.fields(args):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _differs(value, default) -> bool:
+    try:
+        return bool(value != default)
+    except Exception:  # values that do not compare to a plain bool (arrays): list them
+        return True
+
+
+def _settings_text(args, params, method: str, package_version: str, trl_version: str) -> tuple[str, str]:
+    """``(main table, collapsed full list)`` of the method's settings ``params`` (``(name, value)`` pairs).
+
+    The main table holds what a reader needs to read the run: the control and its target schedule
+    (:data:`ESSENTIAL_SETTINGS`), every setting that differs from its default, and the package versions whose
+    defaults fix the rest; the full list follows in a collapsed ``<details>`` section."""
+    if not params:
+        return "No method parameters.", ""
+    defaults = _field_defaults(args)
+    if method == "use_adaptive_entropy":  # a plain TRL GRPOConfig: TRL's rule is the method
+        main = [("use_adaptive_entropy", True)]
+    else:
+        main = [("entropy_control", method)] if method != "none" else []
+    main += [(k, v) for k, v in params if k in ESSENTIAL_SETTINGS and k != "entropy_control" and v is not None]
+    changed = [(k, v) for k, v in params if k not in ESSENTIAL_SETTINGS and k in defaults
+               and _differs(getattr(args, k, v), defaults[k])]
+    versions = [("trl-entropy", package_version), ("trl", trl_version)]
+    if changed:
+        note = (f"{len(changed)} setting(s) of the method differ from their defaults (listed above); every other one "
+                f"is at its default in trl-entropy {package_version} and TRL {trl_version}.")
+    else:
+        note = (f"Every other setting of the method is at its default in trl-entropy {package_version} and TRL "
+                f"{trl_version}.")
+    details = (f"<details>\n<summary>All {len(params)} settings of the method, defaults included</summary>\n\n"
+               f"{_table(params)}\n\n</details>")
+    return _table(main + changed + versions) + "\n\n" + note, details
+
+
+def _tracking_error_text(history) -> str:
+    """The run's tracking error (:func:`trl_entropy.metrics.tracking_error`, the benchmarks' metric) on the steps
+    where the control followed its target (``entropy_control/relative_tracking_error`` logged), with its definition.
+
+    The history holds one row per log: every step with ``logging_steps=1``, else each row the mean over the steps since
+    the previous one. The moving average then spans about 10 steps (``round(10 / steps between logs)`` rows, at least
+    one), so the figure is the same metric as far as the logged means allow."""
+    rows = [h for h in history if "entropy_control/relative_tracking_error" in h and "step" in h
+            and all(isinstance(h.get(k), (int, float)) and math.isfinite(h[k])
+                    for k in ("entropy_control/measured", "entropy_control/target"))]
+    if not rows:
+        return ""
+    gaps = [b["step"] - a["step"] for a, b in zip(rows, rows[1:]) if b["step"] > a["step"]]
+    gap = statistics.median(gaps) if gaps else 1
+    window = max(1, round(10 / gap))
+    err = tracking_error([h["entropy_control/measured"] for h in rows], [h["entropy_control/target"] for h in rows],
+                         window=window)
+    if not math.isfinite(err):
+        return ""
+    how = "" if gap <= 1 else f"; here from the logged means, one every {gap:g} steps"
+    return f" Tracking error: **{100 * err:.1f}%** ({TRACKING_ERROR_DEFINITION}{how})."
 
 
 def _schedule_text(args, initial_entropy: float | None = None) -> str:
@@ -412,13 +490,10 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     history = trainer.state.log_history
     measured = _history_values(history, "entropy_control/measured") or _history_values(history, "entropy")
     targets = _history_values(history, "entropy_control/target")
-    errors = _history_values(history, "entropy_control/relative_tracking_error")
     if measured:
         result = f"After {trainer.state.global_step} optimizer steps the measured entropy was **{measured[-1]:.4f}** nats"
         result += f" against a target of **{targets[-1]:.4f}**." if targets else "."
-        if errors:
-            tail = errors[len(errors) // 10:]
-            result += f" Mean relative tracking error after the first 10% of steps: {100 * sum(tail) / len(tail):.1f}%."
+        result += _tracking_error_text(history)
         rewards = _history_values(history, "reward")
         if rewards:
             result += f" Final training reward: {rewards[-1]:.4f}."
@@ -462,6 +537,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
                 ("num_iterations", args.num_iterations), ("loss_type", args.loss_type), ("beta", args.beta),
                 ("epsilon", args.epsilon), ("epsilon_high", _epsilon_high_text(args)),
                 ("max_completion_length", args.max_completion_length), ("temperature", args.temperature)]
+    parameter_table, parameter_details = _settings_text(args, params, method, __version__, trl.__version__)
     citations = "\n\n".join(f"```bibtex\n{bibtex[c]}\n```" for c in dict.fromkeys((*cites, "trl")) if c in bibtex)
     urls = project_urls()
     template = resources.files("trl_entropy").joinpath("model_cards/template.md").read_text(encoding="utf-8")
@@ -477,7 +553,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         usage=usage,
         entropy_control=method,
         method_description=description,
-        parameter_table=_table(params) if params else "No method parameters.",
+        parameter_table=parameter_table,
+        parameter_details=parameter_details,
         knob_description=_knob_text(trainer, history),
         schedule_description=(_schedule_text(args, getattr(trainer, "initial_entropy", None))
                               if hasattr(args, "entropy_schedule")
