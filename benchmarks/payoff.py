@@ -1,0 +1,282 @@
+"""The payoff study: what a held or annealed entropy buys over plain GRPO on held-out problems (issue 50).
+
+The rule (task, seeds, horizon, the recommended recipe, what counts as a gain) is written in ``docs/payoff.md``
+before the runs. This script runs one (method, seed) at a time, appends each finished run to a JSON-lines cache
+(a run already there is skipped, so an interrupted study resumes), and summarises the cache:
+
+    python benchmarks/payoff.py run --methods grpo,dapo --seeds 0-9
+    python benchmarks/payoff.py summary
+
+Every run trains the ``tiny_headroom`` testbed (:mod:`trl_entropy.testbeds`) for the same number of optimizer steps
+on the same prompts (the seed's), off-policy (``steps_per_generation=4``), and records:
+
+* held-out pass@1 and pass@16 every ``--eval_every`` steps (:class:`trl_entropy.evaluation.PassAtKCallback`, 64
+  problems, 16 samples each), so the learning curves show saturation and an anneal's effect;
+* at the end, held-out pass@k for k = 1..64 (64 samples on each of 128 problems, the package's unbiased estimator),
+  greedy accuracy, and both split by problems with and without a carry (where the taught error sits);
+* the entropy of sampled completions on carry and no-carry problems: is the held entropy where exploration pays?
+* per generation batch, the number of distinct answers in a group of completions of one prompt.
+
+The base model is scored the same way (method ``base``, no training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "payoff_tiny.jsonl")
+TESTBED = "tiny_headroom"
+STEPS = 1000
+EVAL_EVERY = 100
+N_CURVE_PROBLEMS, N_CURVE_SAMPLES = 64, 16
+N_FINAL_PROBLEMS, N_FINAL_SAMPLES = 128, 64
+HELDOUT_SEED = 0  # one held-out set for every run, so runs pair problem by problem
+
+_HOLD = dict(entropy_schedule="constant", entropy_schedule_start="initial")
+_ANNEAL = dict(entropy_schedule_start="initial", entropy_schedule_end="0.5*initial")
+
+# name -> (uses GRPOEntropyTrainer, config overrides). Chosen before the runs (docs/payoff.md).
+METHODS: dict[str, tuple[bool, dict]] = {
+    "grpo": (False, {}),
+    "dapo": (False, {"epsilon_high": 0.28}),  # DAPO's static clip-higher
+    "trl_hold": (True, {"entropy_control": "trl_adaptive", **_HOLD}),
+    "bonus_hold": (True, {"entropy_control": "entropy_bonus", **_HOLD}),
+    "bonus_wsd03": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
+                           "entropy_schedule_anneal_ratio": 0.3, **_ANNEAL}),  # the recommended recipe
+    "bonus_wsd01": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
+                           "entropy_schedule_anneal_ratio": 0.1, **_ANNEAL}),
+    "bonus_cosine": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "cosine", **_ANNEAL}),
+    "entrocraft_linear_assist": (True, {"entropy_control": "entrocraft", "entropy_schedule": "linear",
+                                        "entropy_bonus_assist": True, **_ANNEAL}),
+    "kl_cov": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 0.1}),  # the ratio scaled as the demo does
+}
+RECOMMENDED = "bonus_wsd03"
+
+
+def _has_carry(prompt: str) -> bool:
+    a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+    return a % 10 + b % 10 >= 10
+
+
+class _AnswerDiversity:
+    """A TRL reward function that scores like ``reward`` and records, per call (one generation batch), the mean
+    number of distinct answers among the ``group`` completions of each prompt."""
+
+    def __init__(self, reward, group: int):
+        self.reward, self.group, self.distinct = reward, group, []
+        self.__name__ = getattr(reward, "__name__", "reward")
+
+    def __call__(self, completions, answer, **kwargs):
+        from trl_entropy.demo.testbed import _extract_answer
+
+        got = [_extract_answer(c) for c in completions]
+        groups = [got[i : i + self.group] for i in range(0, len(got), self.group)]
+        self.distinct.append(statistics.fmean(len(set(g)) for g in groups))
+        return self.reward(completions, answer, **kwargs)
+
+
+def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int = 0) -> dict:
+    """pass@k (k = 1..64), greedy accuracy and sampled entropy, overall and split by carry / no carry."""
+    from trl_entropy.demo import testbed as tbm
+    from trl_entropy.metrics import pass_at_k
+
+    n = N_FINAL_SAMPLES
+    texts, ents = tbm.sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7,
+                                         max_new_tokens=max_new_tokens, batch_size=512)
+    answers = [p["answer"] for p in problems for _ in range(n)]
+    correct = tbm.accuracy_reward(texts, answers)
+    counts = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(problems))]
+    greedy_texts, _ = tbm.sample_completions(model, tokenizer, problems, n_samples=1, temperature=0.0,
+                                             max_new_tokens=max_new_tokens, batch_size=512)
+    greedy = tbm.accuracy_reward(greedy_texts, [p["answer"] for p in problems])
+    carry = [_has_carry(p["prompt"]) for p in problems]
+    ks = [1, 2, 4, 8, 16, 32, 64]
+    out = {}
+    for part, keep in (("all", [True] * len(problems)), ("carry", carry), ("no_carry", [not c for c in carry])):
+        idx = [i for i, k in enumerate(keep) if k]
+        if not idx:
+            continue
+        out[part] = {
+            "n_problems": len(idx),
+            "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, counts[i], k) for i in idx) for k in ks},
+            "greedy": statistics.fmean(greedy[i] for i in idx),
+            "entropy": statistics.fmean(x for i in idx for j in range(n) for x in ents[i * n + j]),
+            "distinct_answers": statistics.fmean(len(set(texts[i * n : (i + 1) * n])) for i in idx),
+        }
+    out["per_problem_correct"] = counts
+    return out
+
+
+def ma10_error_after_20pct(measured, target) -> float:
+    """The benchmarks' tracking error: mean over the steps after the first 20% of |MA10(H) - MA10(target)| /
+    MA10(target)."""
+    def ma(xs, w=10):
+        return [statistics.fmean(xs[max(0, i - w + 1) : i + 1]) for i in range(len(xs))]
+
+    pairs = [(m, t) for m, t in zip(measured, target) if m is not None and t is not None]
+    if not pairs:
+        return math.nan
+    m, t = ma([p[0] for p in pairs]), ma([p[1] for p in pairs])
+    start = int(0.2 * len(pairs))
+    return statistics.fmean(abs(a - b) / b for a, b in zip(m[start:], t[start:]) if b > 0)
+
+
+def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_EVERY, workdir: str = "/tmp/payoff"):
+    """Train ``method`` with ``seed`` and return its record (``method="base"``: evaluate the starting model)."""
+    import torch
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.evaluation import PassAtKCallback
+    from trl_entropy.testbeds import get_testbed
+
+    tb = get_testbed(TESTBED)
+    model, tokenizer = tb.load(False)
+    heldout = tb.heldout(N_FINAL_PROBLEMS, HELDOUT_SEED)
+    max_new = tb.grpo_config_kwargs()["max_completion_length"]
+    t0 = time.perf_counter()
+    record = {"method": method, "seed": seed, "steps": steps, "testbed": TESTBED}
+    if method != "base":
+        ours, overrides = METHODS[method]
+        train_ds, _ = tb.datasets(seed)
+        kwargs = tb.grpo_config_kwargs(output_dir=os.path.join(workdir, f"{method}-{seed}"), max_steps=steps,
+                                       seed=seed, steps_per_generation=4, disable_tqdm=True)
+        kwargs.update(overrides)
+        if ours:
+            args = GRPOEntropyConfig(**kwargs)
+        else:
+            args = GRPOConfig(**kwargs)
+        reward = _AnswerDiversity(tb.reward, kwargs["num_generations"])
+        trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(model=model, reward_funcs=reward, args=args,
+                                                                train_dataset=train_ds, processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)
+        curve = PassAtKCallback(trainer, heldout[:N_CURVE_PROBLEMS], n=N_CURVE_SAMPLES, ks=(1, 16),
+                                max_new_tokens=max_new, every_n_steps=eval_every, at_train_end=False, seed=1234)
+        trainer.add_callback(curve)
+        trainer.train()
+        hist = trainer.state.log_history
+        rows = [h for h in hist if "loss" in h]
+        evals = [h for h in hist if "eval/pass@1" in h]
+        record.update(
+            entropy=[h.get("entropy_control/measured", h.get("entropy")) for h in rows],
+            target=[h.get("entropy_control/target") for h in rows],
+            reward=[h.get("reward") for h in rows],
+            knob=[h.get("entropy_control/entropy_coef", h.get("entropy_control/epsilon_high")) for h in rows],
+            curve={"step": [h["step"] for h in evals], "pass@1": [h["eval/pass@1"] for h in evals],
+                   "pass@16": [h["eval/pass@16"] for h in evals]},
+            distinct_answers=reward.distinct,
+        )
+        if any(t is not None for t in record["target"]):
+            record["tracking_error"] = ma10_error_after_20pct(record["entropy"], record["target"])
+        model = trainer.model
+    record["final"] = final_evaluation(model, tokenizer, heldout, max_new)
+    record["wall_s"] = time.perf_counter() - t0
+    return record
+
+
+def _load(path=RESULTS) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _seeds(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def cmd_run(args):
+    done = {(r["method"], r["seed"]) for r in _load(args.results)}
+    for method in args.methods.split(","):
+        if method != "base" and method not in METHODS:
+            sys.exit(f"unknown method {method!r}; choose from base, {', '.join(METHODS)}")
+        for seed in _seeds(args.seeds):
+            if (method, seed) in done:
+                continue
+            record = run_one(method, seed, args.steps, args.eval_every)
+            os.makedirs(os.path.dirname(args.results), exist_ok=True)
+            with open(args.results, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            fin = record["final"]["all"]
+            print(f"{method} seed {seed}: pass@1 {fin['pass_at_k']['1']:.3f} pass@16 {fin['pass_at_k']['16']:.3f} "
+                  f"pass@64 {fin['pass_at_k']['64']:.3f} greedy {fin['greedy']:.3f} H {fin['entropy']:.3f} "
+                  f"({record['wall_s']:.0f} s)", flush=True)
+
+
+def paired(records: list[dict], a: str, b: str, key) -> tuple[float, float, int]:
+    """Mean and standard error of key(a) - key(b) over the seeds both have."""
+    by = {(r["method"], r["seed"]): r for r in records}
+    seeds = sorted({s for (m, s) in by if m == a} & {s for (m, s) in by if m == b})
+    d = [key(by[(a, s)]) - key(by[(b, s)]) for s in seeds]
+    if not d:
+        return math.nan, math.nan, 0
+    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.nan
+    return statistics.fmean(d), se, len(d)
+
+
+def summary_table(records: list[dict]) -> str:
+    methods = ["base"] + list(METHODS)
+    lines = ["| method | seeds | pass@1 | pass@16 | pass@64 | greedy | pass@16, carry | final H | track err |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def ms(xs):
+        if not xs:
+            return "–"
+        return f"{statistics.fmean(xs):.3f}" + (f" ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else "")
+
+    for m in methods:
+        rs = [r for r in records if r["method"] == m]
+        if not rs:
+            continue
+        f = [r["final"] for r in rs]
+        te = [r["tracking_error"] for r in rs if r.get("tracking_error") is not None]
+        lines.append(
+            f"| {m} | {len(rs)} | {ms([x['all']['pass_at_k']['1'] for x in f])} | "
+            f"{ms([x['all']['pass_at_k']['16'] for x in f])} | {ms([x['all']['pass_at_k']['64'] for x in f])} | "
+            f"{ms([x['all']['greedy'] for x in f])} | {ms([x['carry']['pass_at_k']['16'] for x in f])} | "
+            f"{ms([x['all']['entropy'] for x in f])} | "
+            + (f"{100 * statistics.fmean(te):.1f}%" if te else "–") + " |")
+    return "\n".join(lines)
+
+
+def cmd_summary(args):
+    records = _load(args.results)
+    print(summary_table(records))
+    print()
+    for other in [m for m in METHODS if m != "grpo"]:
+        for k in ("1", "16"):
+            d, se, n = paired(records, other, "grpo", lambda r, k=k: r["final"]["all"]["pass_at_k"][k])
+            if n:
+                print(f"{other} - grpo, pass@{k}: {d:+.3f} ± {se:.3f} (paired SE, {n} seeds)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--methods", default="base,grpo")
+    r.add_argument("--seeds", default="0")
+    r.add_argument("--steps", type=int, default=STEPS)
+    r.add_argument("--eval_every", type=int, default=EVAL_EVERY)
+    r.add_argument("--results", default=RESULTS)
+    r.set_defaults(func=cmd_run)
+    s = sub.add_parser("summary")
+    s.add_argument("--results", default=RESULTS)
+    s.set_defaults(func=cmd_summary)
+    args = p.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
