@@ -55,6 +55,13 @@ METHODS: dict[str, tuple[bool, dict]] = {
     "entrocraft_linear_assist": (True, {"entropy_control": "entrocraft", "entropy_schedule": "linear",
                                         "entropy_bonus_assist": True, **_ANNEAL}),
     "kl_cov": (True, {"entropy_control": "kl_cov", "kl_cov_ratio": 0.1}),  # the ratio scaled as the demo does
+    # Added before their runs, for the papers' claims (docs/payoff.md, "Addendum"): a second constant level, and
+    # Entrocraft's three target shapes.
+    "bonus_hold_half": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "constant",
+                               "entropy_schedule_start": "0.5*initial"}),
+    "entrocraft_hold_assist": (True, {"entropy_control": "entrocraft", "entropy_bonus_assist": True, **_HOLD}),
+    "entrocraft_cosine_assist": (True, {"entropy_control": "entrocraft", "entropy_schedule": "cosine",
+                                        "entropy_bonus_assist": True, **_ANNEAL}),
 }
 RECOMMENDED = "bonus_wsd03"
 
