@@ -1,6 +1,6 @@
 """Which way does `epsilon_high` move entropy on the testbed? (The sign of adaptive clip-higher's plant.)
 
-    python benchmarks/clip_direction.py [--steps 150] [--eps 0.0 0.2 1.0]
+    python -m benchmarks.clip_direction [--steps 150] [--eps 0.0 0.2 1.0]
 
 Adaptive clip-higher (Wang et al.) assumes that a looser upper clip raises entropy: positive-advantage tokens of *low*
 probability are the ones whose importance ratio reaches 1 + epsilon_high first, so loosening the bound lets them

@@ -1,7 +1,7 @@
 """The feedback entropy bonus's law on a simulated plant: how its tracking error depends on the knob's authority.
 
-    python benchmarks/controller_sim.py [--seeds 6] [--noise 0.15] [--grid]
-    python benchmarks/controller_sim.py --plant smollm2 [--strong] [--seeds 20]
+    python -m benchmarks.controller_sim [--seeds 6] [--noise 0.15] [--grid]
+    python -m benchmarks.controller_sim --plant smollm2 [--strong] [--seeds 20]
 
 A design tool, not evidence about training: it ranks laws quickly (seconds, not the ~10 minutes of one SmolLM2 run)
 before they are measured for real (`benchmarks/tracking.py`). The plant is the simplest model that reproduces what
@@ -34,7 +34,7 @@ The metric is the tracking benchmark's (MA10 relative error after the first 20% 
 at H0 = 0.954) and "wsd" (annealed to half over the last 30%). With the sampling noise alone (a perfect controller)
 it is ~3.6% at noise 0.15. Beside the error, each law's control effort: the root mean square of the applied
 coefficient on "hold" (on SmolLM2 the reward over a run falls with the coefficient's mean size:
-`benchmarks/reward_analysis.py`).
+`benchmarks/archive/reward_analysis.py`).
 """
 
 from __future__ import annotations
@@ -42,13 +42,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import random
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trl_entropy.scheduling import EntropyBonusController  # noqa: E402
+from trl_entropy.scheduling import EntropyBonusController
 
 H0, STEPS = 0.954, 100
 BATCH_STEPS = 4  # optimizer steps per generation batch (the SmolLM2 testbed's steps_per_generation)

@@ -1,6 +1,6 @@
 """Do Clip-Cov and KL-Cov keep entropy above plain GRPO on the testbed, and at which selection ratio?
 
-    python benchmarks/cov_ratio.py [--steps 300] [--kl-ratios 0.002,0.02,0.05,0.1] [--clip-ratios 0.0002,0.02,0.05,0.1]
+    python -m benchmarks.cov_ratio [--steps 300] [--kl-ratios 0.002,0.02,0.05,0.1] [--clip-ratios 0.0002,0.02,0.05,0.1]
 
 Same settings as `trl-entropy demo` (pretrained testbed model, 64 rollouts per optimizer step, lr 2e-4,
 `steps_per_generation=4` so 3 of every 4 optimizer steps are off-policy, seed 0); every run is a

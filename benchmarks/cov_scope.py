@@ -1,6 +1,6 @@
 """How the number of tokens Clip-Cov / KL-Cov select per optimizer step depends on the micro-batch size, per scope.
 
-    python benchmarks/cov_scope.py [--steps 2] [--ratio 0.02]
+    python -m benchmarks.cov_scope [--steps 2] [--ratio 0.02]
 
 Trains the pretrained testbed model (trl_entropy.demo.testbed) for a few optimizer steps of 64 rollouts each
 (8 prompts x 8 completions), off-policy (two optimizer steps per generation batch), and splits every optimizer step

@@ -1,7 +1,7 @@
 """Where a law's tracking error comes from: the tracking table's metric split by phase of the run, each phase's signed
 offset, and the floor that the measurement's own noise puts under the metric.
 
-    python benchmarks/error_budget.py --results benchmarks/results/tracking_smollm2.jsonl \\
+    python -m benchmarks.error_budget --results benchmarks/results/tracking_smollm2.jsonl \\
         --label "hold/entropy_bonus YLI" --seeds 0-17 [--phases 20,40,70,100]
 
 Reads the cache of ``tracking.py`` only; trains nothing. The metric (``tracking.smoothed_error``) is the mean, over
@@ -27,15 +27,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import moving_average  # noqa: E402
-from paired import evaluated_runs, parse_seeds  # noqa: E402
-from tracking import smoothed_error  # noqa: E402
+from benchmarks._runs import moving_average
+from benchmarks.paired import evaluated_runs, parse_seeds
+from benchmarks.tracking import smoothed_error
 
 WINDOW, SKIP = 10, 0.2  # the tracking table's metric
 

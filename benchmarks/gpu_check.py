@@ -1,7 +1,7 @@
 """A short real run of every control on a GPU, at a realistic vocabulary, vs plain TRL GRPOTrainer.
 
-    python benchmarks/gpu_check.py                      # GPU: Qwen2.5-0.5B-sized model, vocabulary 151,936
-    python benchmarks/gpu_check.py --device cpu --tiny  # the same code path in seconds on CPU (a smoke test)
+    python -m benchmarks.gpu_check                      # GPU: Qwen2.5-0.5B-sized model, vocabulary 151,936
+    python -m benchmarks.gpu_check --device cpu --tiny  # the same code path in seconds on CPU (a smoke test)
 
 Nothing is downloaded: the model is a randomly initialised `Qwen2ForCausalLM` with Qwen2.5-0.5B's shape (24 layers,
 hidden 896, 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936), the tokenizer a WordLevel tokenizer over

@@ -1,6 +1,6 @@
 """How large the entropy term's gradient is next to the policy gradient's, on the SmolLM2 testbed's starting model.
 
-    python benchmarks/gradient_scale.py [--batches 6] [--seed 0]
+    python -m benchmarks.gradient_scale [--batches 6] [--seed 0]
 
 For a few generation batches of the tracking benchmark's shape (3 prompts x 4 completions of at most 4 tokens,
 temperature 1) it prints the norm of the gradient of the on-policy GRPO loss ``-mean(A * log p)`` (token mean,
@@ -14,14 +14,11 @@ has no policy gradient (``|g_pg| = 0``).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trl_entropy.testbeds import get_testbed  # noqa: E402
+from trl_entropy.testbeds import get_testbed
 
 PROMPTS, GROUP, TOKENS = 3, 4, 4
 

@@ -1,6 +1,6 @@
 """How far can each knob move entropy? Every knob held at its extremes for a whole run, against plain GRPO.
 
-    python benchmarks/knob_authority.py [--testbed tiny|smollm2] [--steps N] [--seeds 0,1,2] [--results FILE]
+    python -m benchmarks.knob_authority [--testbed tiny|smollm2] [--steps N] [--seeds 0,1,2] [--results FILE]
 
 A controller can hold entropy only inside the range its knob reaches when held at one extreme for the whole run: if
 entropy still falls with the knob at its entropy-raising extreme, no schedule of that knob can hold a constant target.
@@ -20,12 +20,9 @@ Runs are cached in `--results` (JSON lines): an interrupted benchmark resumes, a
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import cached_run, load_results, mean_sd, moving_average, window_mean  # noqa: E402
+from benchmarks._runs import cached_run, load_results, mean_sd, moving_average, window_mean
 
 warnings.filterwarnings("ignore")
 

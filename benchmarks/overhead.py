@@ -1,6 +1,6 @@
 """Step-time overhead of each entropy control against plain TRL GRPOTrainer, in one process and run.
 
-    python benchmarks/overhead.py [--testbed tiny|smollm2] [--steps N] [--repeats 3] [--ga 1] [--only NAME ...]
+    python -m benchmarks.overhead [--testbed tiny|smollm2] [--steps N] [--repeats 3] [--ga 1] [--only NAME ...]
                                   [--memory]
 
 Every configuration trains the testbed's starting model for the same steps with the same seed, off-policy

@@ -1,6 +1,6 @@
 """Paired differences between two laws on the same seeds, per group of cached runs and pooled over the groups.
 
-    python benchmarks/paired.py --a "hold/entropy_bonus YLI" --b "hold/entropy_bonus" "hold/entropy_bonus OLD" \\
+    python -m benchmarks.paired --a "hold/entropy_bonus YLI" --b "hold/entropy_bonus" "hold/entropy_bonus OLD" \\
         --group "CPU" benchmarks/results/tracking_smollm2.jsonl 0-17 \\
         --group "GPU" benchmarks/results/tracking_smollm2_gpu.jsonl 0-14
 
@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import load_results, second_half_reward  # noqa: E402
-from tracking import smoothed_error  # noqa: E402
+from benchmarks._runs import load_results, second_half_reward
+from benchmarks.tracking import smoothed_error
 
 COLUMNS = {  # name -> (header, how to read it off a run)
     "err": ("err (points)", lambda r: 100 * smoothed_error(r["measured"], r["target"])),

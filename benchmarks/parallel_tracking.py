@@ -11,7 +11,7 @@ The jobs file is a JSON list of argument lists added to the common arguments aft
 
     [["--targets", "hold", "--methods", "entropy_bonus", "--seeds", "3"], ...]
 
-    python benchmarks/parallel_tracking.py --jobs jobs.json --parallel 12 --merged runs.jsonl --budget 540 -- \\
+    python -m benchmarks.parallel_tracking --jobs jobs.json --parallel 12 --merged runs.jsonl --budget 540 -- \\
         --testbed smollm2 --steps 100 --h0 0.954 --device cuda --final_eval
 
 Before the jobs, the starting model's evaluation (``--final_eval``'s first row) is computed once and copied into
@@ -28,7 +28,15 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `benchmarks` is a package
+TRACKING = [sys.executable, "-m", "benchmarks.tracking"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """The environment of a child run: the repository root first on PYTHONPATH, so that ``-m benchmarks.tracking``
+    resolves from any working directory."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, **extra, "PYTHONPATH": ROOT + (os.pathsep + path if path else "")}
 
 
 def merge(workdir: str, merged: str) -> int:
@@ -60,7 +68,7 @@ def prepare(common: list[str], workdir: str) -> str:
     if "--final_eval" in common:
         args = common + ["--results", seed_file, "--methods", "grpo", "--seeds", "0", "--steps", "1",
                          "--prepare_only"]
-        subprocess.run([sys.executable, os.path.join(HERE, "tracking.py"), *args], check=True)
+        subprocess.run([*TRACKING, *args], check=True, env=_env())
     return seed_file
 
 
@@ -90,7 +98,7 @@ def main(argv=None) -> None:
     print(f"prepared in {time.time() - t0:.0f} s", flush=True)
     # one CPU thread per run unless told otherwise: runs side by side, each with as many threads as there are
     # cores, oversubscribe them (two tiny runs on 2 cores took 95 s each instead of 14 s)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = _env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     pending = list(enumerate(jobs))
     running: dict[int, tuple[subprocess.Popen, float, object]] = {}
     durations: list[float] = []
@@ -121,7 +129,7 @@ def main(argv=None) -> None:
             shutil.copyfile(seed_file, cache)
             log = open(os.path.join(a.workdir, f"job{i:03d}.log"), "w")
             # each run its own cache and its own trainer output folder (runs side by side never share a file)
-            cmd = [sys.executable, os.path.join(HERE, "tracking.py"), *common, *extra, "--results", cache,
+            cmd = [*TRACKING, *common, *extra, "--results", cache,
                    "--output_dir", os.path.join(a.workdir, f"job{i:03d}")]
             running[i] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
         if time.time() - last_merge > 5:

@@ -1,6 +1,6 @@
 """Pictures of cached tracking runs: measured entropy (10-step moving average) against the target, and the knob.
 
-    python benchmarks/plot_tracking.py --results benchmarks/results/tracking_smollm2.jsonl --testbed smollm2 \
+    python -m benchmarks.plot_tracking --results benchmarks/results/tracking_smollm2.jsonl --testbed smollm2 \
         --seed 0 --methods grpo trl_adaptive_entropy entropy_bonus --out docs/img/tracking_smollm2_seed0.png
 
 One column per target (hold, wsd), three rows: entropy, knob and reward (10-step moving average of the logged
@@ -9,7 +9,7 @@ rewards; TRL logs one per generation batch, so each point averages the two or th
 With ``--seeds 0,1,...`` each curve is the mean over those seeds, with a band of ± one standard deviation (entropy
 and reward) around it: how a method tracks in general rather than on one draw, e.g.::
 
-    python benchmarks/plot_tracking.py --results benchmarks/results/tracking_smollm2_gpu.jsonl \
+    python -m benchmarks.plot_tracking --results benchmarks/results/tracking_smollm2_gpu.jsonl \
         --seeds 0,1,2,3,4,5,6,7,8,9 --methods trl_adaptive_entropy entropy_bonus \
         --out docs/img/tracking_smollm2_gpu_10seeds.png
 """
@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import moving_average  # noqa: E402
+from benchmarks._runs import moving_average
 
 LABELS = {"grpo": "plain GRPO", "trl_adaptive_entropy": "TRL's rule (trl_adaptive)",
           "entropy_bonus": "feedback bonus (entropy_bonus)"}
@@ -67,9 +65,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks.tracking import TARGETS, target_curve
     from trl_entropy._plotting import new_figure
-    from tracking import TARGETS, target_curve
 
     seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else [a.seed]
     per_seed = [load(a.results, a.testbed, s) for s in seeds]

@@ -1,6 +1,6 @@
 """Tracking precision: how closely each target-following control holds a scheduled entropy, vs TRL's own rule.
 
-    python benchmarks/tracking.py [--testbed tiny|smollm2] [--steps N] [--targets ...] [--methods ...]
+    python -m benchmarks.tracking [--testbed tiny|smollm2] [--steps N] [--targets ...] [--methods ...]
                                   [--seeds 0] [--results FILE]
 
 Every target-following control and TRL's own adaptive entropy coefficient (`use_adaptive_entropy=True`, its
@@ -30,11 +30,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import (  # noqa: E402
+from benchmarks._runs import (
     cached_run, coefficient_stats, load_results, mean_sd, moving_average, second_half_reward,
 )
 
@@ -255,7 +253,7 @@ def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bo
     """``runner.policy_evaluation`` of the testbed's starting model, cached next to the runs."""
     import json
 
-    from _runs import on_gpu, require_cuda, run_key
+    from benchmarks._runs import on_gpu, require_cuda, run_key
 
     from trl_entropy.testbeds import get_testbed
 

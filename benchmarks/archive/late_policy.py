@@ -1,6 +1,6 @@
 """How much a trained policy's accuracy moves over the last optimizer steps of a run.
 
-    python benchmarks/late_policy.py --seeds 0 --targets hold --methods entropy_bonus [--label " NLI" --extra JSON]
+    python -m benchmarks.archive.late_policy --seeds 0 --targets hold --methods entropy_bonus [--label " NLI" --extra JSON]
         [--eval_at 80,84,88,92,96,100] [--results benchmarks/results/late_policy_smollm2.jsonl]
 
 The tracking benchmark evaluates each trained policy once, at the last step (`--final_eval`). A control that moves
@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _runs import cached_run, load_results  # noqa: E402
-from tracking import BASELINES, TARGETS  # noqa: E402
+from benchmarks._runs import cached_run, load_results
+from benchmarks.tracking import BASELINES, TARGETS
 
 warnings.filterwarnings("ignore")
 
