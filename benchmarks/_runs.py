@@ -39,7 +39,14 @@ def package_defaults() -> dict:
             out[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             out[f.name] = f.default_factory()
+    out[AFTER_TAGS] = list(TAGS)
     return json.loads(json.dumps(out, sort_keys=True, default=str))
+
+
+# The package's tags a run was recorded after (not a config field: `changed_defaults` does not compare it). A run
+# recorded after `pre-law-cut` lacks the removed fields because they were gone, not because it predates them.
+AFTER_TAGS = "_after_tags"
+TAGS = ("pre-law-cut",)
 
 
 # Config fields added after runs were cached, with the value that reproduces how those runs trained (a run recorded
@@ -54,7 +61,15 @@ FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
 
 # Config fields removed after runs were cached, with the value that trained as the package trains now (an option
 # measured and dropped): a run that recorded this value is served; one that recorded another value is not.
-FIELDS_REMOVED: dict = {}  # entropy_bonus_antiwindup was here (removed 2026-11-26, back 2026-11-28 with "upper")
+# The bonus's variants removed after the git tag `pre-law-cut` (issue 51) are here at the values the law keeps; a run
+# recorded before the tag that predates such a field counts as its FIELDS_ADDED value (entropy_bonus_target_lookahead
+# "step", entropy_bonus_integral_error "prediction": such runs are not served as today's).
+FIELDS_REMOVED: dict = {"entropy_bonus_anneal_min": None, "entropy_bonus_integral_error": "level",
+                        "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
+                        "entropy_bonus_target_lookahead": "horizon", "entropy_bonus_penalty_scope": "all",
+                        "entropy_bonus_integral_scale": "none", "entropy_bonus_antiwindup": "conditional",
+                        "entropy_bonus_integral_clip": 1.0, "entropy_bonus_integral_beyond": "clip",
+                        "entropy_bonus_lower_ki_fraction": 0.0}
 
 # Fields that act only where the target moves: a change of their default leaves a run on a constant target (every
 # logged target equal) as it was, so such a run is still served.
@@ -94,12 +109,14 @@ def changed_defaults(row: dict, current: dict, overridden=()) -> dict:
     recorded = row.get("package_defaults")
     if recorded is None:
         return {}
-    recorded = {**{k: v for k, v in FIELDS_ADDED.items() if k in current}, **recorded}
+    before_cut = "pre-law-cut" not in (recorded.get(AFTER_TAGS) or ())
+    recorded = {**{k: v for k, v in FIELDS_ADDED.items() if k in current or (before_cut and k in FIELDS_REMOVED)},
+                **recorded}
     recorded = {k: v for k, v in recorded.items()
                 if not (k not in current and k in FIELDS_REMOVED and v == FIELDS_REMOVED[k])}
     bonus = "key" not in row or uses_bonus_controller(run_overrides(row))
     return {k: (recorded.get(k), current.get(k)) for k in sorted(set(recorded) | set(current))
-            if k not in overridden and recorded.get(k) != current.get(k)
+            if k not in overridden and k != AFTER_TAGS and recorded.get(k) != current.get(k)
             and (bonus or not k.startswith(BONUS_PREFIX))
             and not (k in MOVING_TARGET_FIELDS and constant_target(row))}
 

@@ -195,44 +195,18 @@ def evaluate(make_controller, seeds=6, noise=0.15, measurement="iid"):
     return by_kind, by_g
 
 
-LAWS = {
+LAWS = {  # the variants removed after the git tag `pre-law-cut` are measured there
     "fixed gains, the earlier defaults (kp 0.3, ki 0.01, horizon 4, bounds +-0.2)":
         lambda: EntropyBonusController(kp=0.3, ki=0.01, horizon=4, c_min=-0.2, c_max=0.2, adapt_gain=False,
                                        momentum_compensation=0.0),
-    "fixed gains, today's kp, horizon and bounds, the prediction's integral at ki 0.015, no momentum compensation":
-        lambda: EntropyBonusController(adapt_gain=False, momentum_compensation=0.0, integral_error="prediction",
-                                       ki=0.015),
-    "adaptive gain, no momentum compensation (the defaults of 2026-11-25)":
-        lambda: EntropyBonusController(momentum_compensation=0.0, integral_error="prediction", ki=0.015),
-    "the law until 2026-11-27: momentum compensation 0.5, the prediction's integral at ki 0.015, kicks within twice "
-    "each bound":
-        lambda: EntropyBonusController(integral_error="prediction", ki=0.015, compensation_clip="bounds"),
     "today's defaults (the level's integral at ki 0.03, the symmetric kick)": lambda: EntropyBonusController(),
-    "today's defaults with the integral scaled by the signal fraction (entropy_bonus_integral_scale='signal')":
-        lambda: EntropyBonusController(integral_scale="signal"),
     "today's defaults with the integral gain 0.045 (\" YLK\" on SmolLM2)": lambda: EntropyBonusController(ki=0.045),
-    "today's defaults with the integral stopped at the upper bound only (entropy_bonus_antiwindup='upper')":
-        lambda: EntropyBonusController(antiwindup="upper"),
-    "both (\" YKU\" on SmolLM2)": lambda: EntropyBonusController(ki=0.045, antiwindup="upper"),
-    "both, the integrated error clipped at 0.5 (\" YKC\" on SmolLM2)":
-        lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5),
-    "both, errors beyond 0.5 not integrated (\" YKS\" on SmolLM2)":
-        lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5, integral_beyond="skip"),
-    "both, errors below -0.5 (the overshoot's side) not integrated (\" YKO\" on SmolLM2)":
-        lambda: EntropyBonusController(ki=0.045, antiwindup="upper", integral_clip=0.5,
-                                       integral_beyond="skip_overshoot"),
     "today's defaults, momentum compensation 1": lambda: EntropyBonusController(momentum_compensation=1.0),
     "today's defaults with trend smoothing 0.1": lambda: EntropyBonusController(trend_smoothing=0.1),
-    "today's defaults with the release-first anneal (entropy_bonus_anneal_min -0.1)":
-        lambda: EntropyBonusController(anneal_min=-0.1),
     "today's defaults with the kick within twice each bound (entropy_bonus_compensation_clip='bounds')":
         lambda: EntropyBonusController(compensation_clip="bounds"),
     "today's defaults with the penalty bound -0.5 (the default until 2026-11-26)":
         lambda: EntropyBonusController(c_min=-0.5),
-    "the law until 2026-11-27, momentum compensation 1, integral gain x1.5 (with --measurement generation_batch: "
-    "\" GCK\" on SmolLM2)":
-        lambda: EntropyBonusController(momentum_compensation=1.0, ki=0.0225, integral_error="prediction",
-                                       compensation_clip="bounds"),
 }
 
 

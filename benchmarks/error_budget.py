@@ -19,7 +19,7 @@ averaged over 200 draws. Printed per run and as the mean; no law can score below
 **The integral at the lower bound** (the feedback bonus's runs, which log its law and integral): over the steps
 after ``--from_step``, the share on which the law sat at its lower bound (``--low``, the default bound -0.1), the
 reading's mean relative offset on those steps and on the others, and how far the integral moved on each. With
-conditional integration (``entropy_bonus_antiwindup="conditional"``) the integral stands still on those steps, so
+conditional integration the integral stands still on those steps, so
 an overshoot that drives the law to the bound never reaches it.
 """
 

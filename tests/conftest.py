@@ -82,9 +82,6 @@ CONTROL_CONFIGS = {
     # the control acts on the generation batch's ratio estimate (H_gen from TRL's old-log-prob pass, reduced over ranks)
     "entropy_bonus_generation_batch": dict(entropy_control="entropy_bonus", entropy_schedule_start=2.6,
                                            entropy_measurement="generation_batch"),
-    # a target far below the model's entropy: the coefficient turns negative, a penalty on positive-advantage tokens
-    "entropy_bonus_positive_penalty": dict(entropy_control="entropy_bonus", entropy_schedule_start=0.3,
-                                           entropy_bonus_min=-1.0, entropy_bonus_penalty_scope="positive_advantage"),
     "trl_adaptive": dict(entropy_control="trl_adaptive", entropy_schedule_start=2.6, entropy_coef_delta=0.01),
     # adaptive clip with a one-step-wide range: saturated at once, so the bonus takes over within the run
     "adaptive_clip_assist": dict(entropy_control="adaptive_clip", entropy_schedule_start=2.63, adaptive_clip_window=1,

@@ -125,7 +125,8 @@ def test_reward_analysis_recovers_known_effects_with_one_intercept_per_seed(tmp_
 def test_a_default_the_run_set_itself_does_not_count_as_changed():
     from benchmarks import _runs
 
-    row = {"package_defaults": {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.5}}
+    # recorded after the law cut (the bonus's removed variants are gone, not yet to come)
+    row = {"package_defaults": {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.5, "_after_tags": ["pre-law-cut"]}}
     now = {"entropy_bonus_kp": 0.25, "entropy_bonus_min": -0.1}
     assert _runs.changed_defaults(row, now) == {"entropy_bonus_min": (-0.5, -0.1)}
     assert _runs.changed_defaults(row, now, overridden={"entropy_bonus_min"}) == {}
@@ -142,7 +143,8 @@ def test_a_bonus_default_does_not_touch_a_run_without_the_bonus_controller():
 
     def row(overrides):
         key = json.dumps(["smollm2", "hold/x", 0, 100, [[True, overrides, "d"], "x", 1.0, "constant", 1.0, 0.3, {}]])
-        return {"key": key, "package_defaults": {"entropy_bonus_min": -0.5, "adaptive_clip_delta": 0.01}}
+        return {"key": key, "package_defaults": {"entropy_bonus_min": -0.5, "adaptive_clip_delta": 0.01,
+                                                 "_after_tags": ["pre-law-cut"]}}
 
     now = {"entropy_bonus_min": -0.1, "adaptive_clip_delta": 0.01}
     assert _runs.changed_defaults(row({"entropy_control": "trl_adaptive"}), now) == {}
@@ -288,28 +290,36 @@ def test_a_removed_field_counts_only_at_a_value_other_than_how_the_package_train
     assert _runs.changed_defaults(kept, dict(now, entropy_bonus_old_option="clamp")) != {}
 
 
-def test_a_run_recorded_with_the_antiwindup_field_before_it_was_removed_is_served_again():
-    """entropy_bonus_antiwindup was removed (2026-11-26) and came back (2026-11-28) with the same default: runs that
-    recorded it, runs that predate it and runs from between all train as the package trains now."""
+def test_runs_recorded_before_the_law_cut_are_served_at_the_values_the_law_keeps():
+    """The bonus's variants removed after the tag ``pre-law-cut``: a run that recorded such a field at the value the
+    law keeps, or that predates a field whose first value was that one, trains as the package trains now; a run at
+    another value (recorded, or the field's first value, as the prediction's integral) does not."""
     from benchmarks import _runs
 
-    now = {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"}
-    for recorded in ({"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional"},
-                     {"entropy_bonus_min": -0.1}):
+    now = {"entropy_bonus_min": -0.1}
+    for recorded in ({"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "conditional",
+                      "entropy_bonus_integral_error": "level", "entropy_bonus_target_lookahead": "horizon",
+                      "entropy_bonus_pull_gain": 0.0, "entropy_bonus_integral_clip": 1.0},
+                     {"entropy_bonus_min": -0.1, "entropy_bonus_integral_error": "level",
+                      "entropy_bonus_target_lookahead": "horizon"}):
         assert _runs.changed_defaults({"package_defaults": recorded}, now) == {}
-    clamp = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_antiwindup": "clamp"}}
-    assert _runs.changed_defaults(clamp, now) == {"entropy_bonus_antiwindup": ("clamp", "conditional")}
+    upper = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_integral_error": "level",
+                                  "entropy_bonus_target_lookahead": "horizon", "entropy_bonus_antiwindup": "upper"}}
+    assert _runs.changed_defaults(upper, now) == {"entropy_bonus_antiwindup": ("upper", None)}
+    older = {"package_defaults": {"entropy_bonus_min": -0.1, "entropy_bonus_target_lookahead": "horizon"}}
+    assert _runs.changed_defaults(older, now) == {"entropy_bonus_integral_error": ("prediction", None)}
 
 
 def test_a_moving_target_default_does_not_touch_a_run_on_a_constant_target():
     from benchmarks import _runs
 
-    recorded = {"entropy_bonus_min": -0.1}  # recorded before entropy_bonus_target_lookahead existed ("step")
-    now = {"entropy_bonus_min": -0.1, "entropy_bonus_target_lookahead": "horizon"}
+    # recorded before entropy_bonus_target_lookahead existed ("step"), with the level's integral; the field is gone
+    recorded = {"entropy_bonus_min": -0.1, "entropy_bonus_integral_error": "level"}
+    now = {"entropy_bonus_min": -0.1}
     flat = {"package_defaults": recorded, "target": [0.9] * 5}
     annealed = {"package_defaults": recorded, "target": [0.9, 0.9, 0.8, 0.7]}
     assert _runs.changed_defaults(flat, now) == {}
-    assert _runs.changed_defaults(annealed, now) == {"entropy_bonus_target_lookahead": ("step", "horizon")}
+    assert _runs.changed_defaults(annealed, now) == {"entropy_bonus_target_lookahead": ("step", None)}
     assert _runs.changed_defaults({"package_defaults": recorded}, now) != {}  # no logged target: it counts
 
 
@@ -479,12 +489,3 @@ def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_
                        "--phases", "0,5,10"])
     out = capsys.readouterr().out
     assert "The integral at the lower bound (-0.1)" in out and "| 0 | 40.0% | +50.0 | +2.0 |" in out
-
-
-def test_a_run_recorded_before_the_integral_clip_field_is_served_at_its_default():
-    from benchmarks import _runs
-
-    now = {"entropy_bonus_min": -0.1, "entropy_bonus_integral_clip": 1.0, "entropy_bonus_integral_beyond": "clip"}
-    assert _runs.changed_defaults({"package_defaults": {"entropy_bonus_min": -0.1}}, now) == {}
-    assert _runs.changed_defaults({"package_defaults": {"entropy_bonus_min": -0.1}},
-                                  dict(now, entropy_bonus_integral_clip=0.5)) != {}

@@ -86,31 +86,6 @@ def test_penalty_and_bonus_move_entropy_apart(tmp_path):
         assert len(logged(runs["low"], f"entropy_control/{key}")) == 8, key
 
 
-def test_release_first_anneal_bounds_the_penalty_while_the_target_falls(tmp_path):
-    """A linear anneal far below the model's entropy: the defaults penalise (down to -1, the bound grown); with
-    entropy_bonus_anneal_min=-0.02 the law never goes below -0.02, the optimizer's average of the coefficient
-    (`bonus_averaged`) only climbs toward it from the first update's full bound, and `bonus_annealing` says when the
-    bound applied."""
-    coefs, annealing = {}, None
-    for name, extra in (("plain", {}), ("release", dict(entropy_bonus_anneal_min=-0.02))):
-        trainer = make(tiny_args(tmp_path / name, max_steps=8, entropy_control="entropy_bonus",
-                                 entropy_schedule="linear", entropy_schedule_start=0.6, entropy_schedule_end=0.3,
-                                 entropy_bonus_kp=2.0, entropy_bonus_ki=0.5, **extra, **OFF_POLICY))
-        trainer.train()
-        coefs[name] = logged(trainer, "entropy_control/entropy_coef")
-        if name == "release":
-            laws = logged(trainer, "entropy_control/bonus_law")
-            averaged = logged(trainer, "entropy_control/bonus_averaged")
-            annealing = logged(trainer, "entropy_control/bonus_annealing")
-        else:
-            assert logged(trainer, "entropy_control/bonus_annealing") == []
-    assert min(coefs["plain"]) < -0.1
-    # the first update has no slope yet (no previous target): the full bound applies to it
-    assert min(laws[1:]) >= -0.02 - 1e-9
-    assert all(b >= min(a, -0.02) - 1e-9 for a, b in zip(averaged[1:], averaged[2:]))
-    assert annealing[0] == 0.0 and annealing[1:] == [1.0] * 7
-
-
 def test_trl_adaptive_equals_grpo_trainer_with_schedule_callback(tmp_path):
     """entropy_control='trl_adaptive' is TRL's use_adaptive_entropy with the schedule driving entropy_target: the
     same run as a plain GRPOTrainer with EntropyScheduleCallback."""
@@ -202,19 +177,11 @@ def test_assist_takes_over_when_the_paper_knob_saturates(tmp_path):
     (dict(entropy_control="entropy_bonus", use_adaptive_entropy=True), "use_adaptive_entropy"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_max=-0.1), "entropy_bonus_max must be a number in"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_kp=-1.0), "entropy_bonus_kp"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_anneal_min=0.1), "entropy_bonus_anneal_min must be None"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_anneal_min=float("nan")), "entropy_bonus_anneal_min"),
     (dict(entropy_control="entropy_bonus", entropy_coef=0.7), "entropy_coef .* must lie in"),
     (dict(entropy_control="entropy_bonus", entropy_bonus_compensation_clip="Symmetric"),
      "entropy_bonus_compensation_clip must be one of"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_integral_error="levels"),
-     "entropy_bonus_integral_error must be one of"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_target_lookahead="next"),
-     "entropy_bonus_target_lookahead must be one of"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_pull_gain=-1.0),
-     r"entropy_bonus_pull_gain must be a number in \[0.0, inf\]"),
-    (dict(entropy_control="entropy_bonus", entropy_bonus_pull_smoothing=0.0),
-     r"entropy_bonus_pull_smoothing must be a number in \(0.0, 1.0\]"),
+    (dict(entropy_control="entropy_bonus", entropy_bonus_compensation_clip="hold_symmetric"),
+     "entropy_bonus_compensation_clip must be one of"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="initialx"), "entropy_schedule_start must be"),
     (dict(entropy_control="entropy_bonus", entropy_schedule_start="-0.5*initial"), "entropy_schedule_start"),
     (dict(entropy_control="entropy_bonus", entropy_schedule="wsd", entropy_schedule_start="0.5*initial",
@@ -327,89 +294,20 @@ def test_assist_bleeds_its_load_back_to_a_knob_that_has_recovered(tmp_path):
     assert not ctl.active and 10 < steps < 100
 
 
-def test_the_integral_error_field_reaches_the_controller(tmp_path):
+def test_the_compensation_clip_field_reaches_the_controller(tmp_path):
     from trl_entropy.controls import _bonus_controller
 
     args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
-                                           entropy_bonus_integral_error="prediction", entropy_bonus_ki=0.015,
                                            entropy_bonus_compensation_clip="bounds"))
-    controller = _bonus_controller(args)
-    assert (controller.integral_error, controller.ki, controller.compensation_clip) == ("prediction", 0.015, "bounds")
+    assert _bonus_controller(args).compensation_clip == "bounds"
     default = _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
         tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0)))
-    # the defaults since 2026-11-27: the level's integral at twice the gain, the symmetric kick
-    assert (default.integral_error, default.ki, default.compensation_clip) == ("level", 0.03, "symmetric")
+    assert (default.ki, default.compensation_clip) == (0.03, "symmetric")
 
 
-def test_the_old_integral_at_the_new_gain_warns_and_names_the_gain_it_was_tuned_at(tmp_path):
-    """Switching back to the prediction's integral alone leaves ki at the level's 0.03: a combination never measured
-    on SmolLM2, and one that swings on the simulated plant where the knob is strong."""
-    with pytest.warns(UserWarning, match="entropy_bonus_ki=0.015 to train as before"):
+def test_a_field_removed_after_pre_law_cut_is_refused(tmp_path):
+    """The variants removed after the ``pre-law-cut`` tag are no fields any more: setting one is a TypeError that
+    names it (the dataclass's own), not a silent no-op."""
+    with pytest.raises(TypeError, match="entropy_bonus_antiwindup"):
         GRPOEntropyConfig(**tiny_kwargs(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0,
-                                        entropy_bonus_integral_error="prediction"))
-    # the law before, set in full, the defaults, and a run without the bonus (only the unused-field warning there):
-    # no warning of this kind
-    for extra in (dict(entropy_bonus_integral_error="prediction", entropy_bonus_ki=0.015), {},
-                  dict(entropy_control="none", entropy_schedule_start=None, entropy_bonus_integral_error="prediction")):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            GRPOEntropyConfig(**tiny_kwargs(tmp_path, **{"entropy_control": "entropy_bonus",
-                                                         "entropy_schedule_start": 1.0, **extra}))
-        assert not [w for w in caught if "entropy_bonus_ki" in str(w.message)], extra
-
-
-def test_the_target_lookahead_field_reaches_the_controller(tmp_path):
-    from trl_entropy.controls import _bonus_controller
-
-    def controller(**kw):
-        return _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(
-            tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=1.0, **kw)))
-
-    assert controller().target_lookahead == "horizon"
-    assert controller(entropy_bonus_target_lookahead="step").target_lookahead == "step"
-
-
-def test_the_antiwindup_field_reaches_the_controller_and_is_validated(tmp_path):
-    from trl_entropy.controls import _bonus_controller
-
-    kwargs = dict(entropy_control="entropy_bonus", entropy_schedule_start=1.0)
-    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs))).antiwindup == "conditional"
-    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_antiwindup="upper"))
-    assert _bonus_controller(args).antiwindup == "upper"
-    with pytest.raises(ValueError, match="entropy_bonus_antiwindup"):
-        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_antiwindup="clamp"))
-
-
-def test_the_lower_ki_fraction_field_reaches_the_controller_and_is_validated(tmp_path):
-    from trl_entropy.controls import _bonus_controller
-
-    kwargs = dict(entropy_control="entropy_bonus", entropy_schedule_start=1.0)
-    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs))).lower_ki_fraction == 0.0
-    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_lower_ki_fraction=0.25))
-    assert _bonus_controller(args).lower_ki_fraction == 0.25
-    with pytest.raises(ValueError, match=r"entropy_bonus_lower_ki_fraction must be a number in \[0.0, 1.0\]"):
-        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_lower_ki_fraction=1.5))
-
-
-def test_the_integral_clip_field_reaches_the_controller_and_is_validated(tmp_path):
-    from trl_entropy.controls import _bonus_controller
-
-    kwargs = dict(entropy_control="entropy_bonus", entropy_schedule_start=1.0)
-    assert _bonus_controller(GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs))).integral_clip == 1.0
-    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=0.5))
-    assert _bonus_controller(args).integral_clip == 0.5
-    for bad in (0.0, 1.2):
-        with pytest.raises(ValueError, match=r"entropy_bonus_integral_clip must be a number in \(0.0, 1.0\]"):
-            GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=bad))
-    assert _bonus_controller(args).integral_beyond == "clip"
-    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=0.5,
-                                           entropy_bonus_integral_beyond="skip"))
-    assert _bonus_controller(args).integral_beyond == "skip"
-    with pytest.raises(ValueError, match="entropy_bonus_integral_beyond"):
-        GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond="drop"))
-    args = GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_clip=0.5,
-                                           entropy_bonus_integral_beyond="skip_overshoot"))
-    assert _bonus_controller(args).integral_beyond == "skip_overshoot"
-    for beyond in ("skip", "skip_overshoot"):
-        with pytest.warns(UserWarning, match="nothing is skipped"):
-            GRPOEntropyConfig(**tiny_kwargs(tmp_path, **kwargs, entropy_bonus_integral_beyond=beyond))
+                                        entropy_bonus_antiwindup="upper"))

@@ -53,8 +53,8 @@ def test_the_ratio_balances_a_natural_policy_gradient_step(seed):
     assert entropy(z - eta * c * (logp + h)) - h == pytest.approx(eta * c * var, rel=0.02)
 
 
-def law(pull_gain, pulls, readings, target=1.0, **kw):
-    c = EntropyBonusController(pull_gain=pull_gain, **kw)
+def law(pulls, readings, target=1.0, **kw):
+    c = EntropyBonusController(**kw)
     out = []
     for (cov, var), h in zip(pulls, readings):
         c.note_pull(cov, var)
@@ -62,59 +62,36 @@ def law(pull_gain, pulls, readings, target=1.0, **kw):
     return c, out
 
 
-def test_gain_zero_leaves_the_law_unchanged():
+def test_the_pull_is_logged_and_leaves_the_law_unchanged():
     readings = [1.0, 0.9, 0.8, 0.85, 0.95, 1.1, 1.05]
     pulls = [(0.3, 1.0), (0.2, 1.2), (-0.1, 0.9), (0.5, 1.1), (0.0, 1.0), (0.1, 1.0), (0.2, 0.8)]
-    _, plain = law(0.0, [(math.nan, 1.0)] * 7, readings)
-    _, observed = law(0.0, pulls, readings)
+    _, plain = law([(math.nan, 1.0)] * 7, readings)
+    c, observed = law(pulls, readings)
     assert observed == plain
+    assert c.pull_coefficient is not None
 
 
-def test_the_pull_term_by_hand():
-    """First pull taken as it is, then smoothed sums (weight 0.5 on the newest); the term is gain * cov / var,
-    held within the bounds, and adds to the law's output."""
-    base = dict(kp=0.0, ki=0.0, kff=0.0, momentum_compensation=0.0, pull_smoothing=0.5, c_max=0.5)
-    c, out = law(2.0, [(0.1, 1.0), (0.3, 3.0)], [1.0, 1.0], **base)
-    assert c.pull_cov == pytest.approx(0.2) and c.pull_var == pytest.approx(2.0)
-    assert c.pull_coefficient == pytest.approx(0.1)
-    assert out == pytest.approx([0.2, 0.2])  # 2 * 0.1/1.0, then 2 * 0.2/2.0
-    c, out = law(10.0, [(0.1, 1.0)], [1.0], **base)
-    assert out == [0.5]  # held at c_max
-    c, out = law(10.0, [(-0.1, 1.0)], [1.0], **base)
-    assert out == [-0.1]  # held at c_min
-    c, out = law(1.0, [(0.1, 0.0), (math.inf, 1.0)], [1.0, 1.0], **base)
-    assert c.pull_coefficient is None and out == [0.0, 0.0]  # no usable sums: no term
-
-
-def test_in_open_loop_the_term_adds_to_the_output_and_leaves_the_integral():
-    """The same readings (entropy held below its target): the pull term adds to the law's output and the integral
-    sums the same errors; in closed loop it therefore settles lower by what the term carries."""
-    readings = [0.9] * 30
-    fixed = dict(momentum_compensation=0.0, adapt_gain=False)
-    alone, _ = law(0.0, [(0.1, 1.0)] * 30, readings, **fixed)
-    helped, _ = law(1.0, [(0.1, 1.0)] * 30, readings, **fixed)
-    assert helped.pull_term == pytest.approx(0.1)
-    assert helped.law == pytest.approx(alone.law + 0.1)
-    assert helped.integral == pytest.approx(alone.integral)
+def test_the_pull_estimate_by_hand():
+    """First pull taken as it is, then smoothed sums (weight ``PULL_SMOOTHING`` = 0.3 on the newest); the estimate
+    is cov / var; sums that cannot be used leave it as it was."""
+    c, _ = law([(0.1, 1.0), (0.3, 3.0)], [1.0, 1.0])
+    assert EntropyBonusController.PULL_SMOOTHING == 0.3
+    assert c.pull_cov == pytest.approx(0.7 * 0.1 + 0.3 * 0.3) and c.pull_var == pytest.approx(0.7 * 1.0 + 0.3 * 3.0)
+    assert c.pull_coefficient == pytest.approx(0.16 / 1.6)
+    c, _ = law([(0.1, 0.0), (math.inf, 1.0)], [1.0, 1.0])
+    assert c.pull_coefficient is None  # no usable sums
 
 
 def test_state_round_trip_keeps_the_pull():
-    a, _ = law(1.0, [(0.1, 1.0), (0.2, 1.5)], [1.0, 0.9])
-    b = EntropyBonusController(pull_gain=1.0)
+    a, _ = law([(0.1, 1.0), (0.2, 1.5)], [1.0, 0.9])
+    b = EntropyBonusController()
     b.load_state_dict(a.state_dict())
-    assert (b.pull_cov, b.pull_var, b.pull_term) == (a.pull_cov, a.pull_var, a.pull_term)
+    assert (b.pull_cov, b.pull_var) == (a.pull_cov, a.pull_var)
     for cov, var, h in ((0.3, 1.0, 0.8), (0.0, 1.0, 0.85)):
         for c in (a, b):
             c.note_pull(cov, var)
         assert a.update(h, 1.0) == b.update(h, 1.0)
-    assert a.state_dict()["config"]["pull_gain"] == 1.0
-
-
-@pytest.mark.parametrize("bad", [dict(pull_gain=-0.1), dict(pull_gain=math.inf), dict(pull_smoothing=0.0),
-                                 dict(pull_smoothing=1.5)])
-def test_bad_arguments_are_refused(bad):
-    with pytest.raises(ValueError, match="entropy_bonus_pull"):
-        EntropyBonusController(**bad)
+        assert a.pull_coefficient == b.pull_coefficient
 
 
 def record_loss_forwards(trainer) -> list:
@@ -135,10 +112,10 @@ def record_loss_forwards(trainer) -> list:
 def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path):
     """Off-policy steps of two micro-batches: each step's two sums are those of its loss forwards' tokens (the same
     log-probs, entropies, advantages and mask TRL's loss used), summed, and reach the controller before its
-    update; the estimate is logged; a pull gain moves the coefficient."""
+    update; the estimate is logged."""
     args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=3,
                      learning_rate=1e-2, per_device_train_batch_size=8, steps_per_generation=2,
-                     gradient_accumulation_steps=2, entropy_bonus_pull_gain=1.0)
+                     gradient_accumulation_steps=2)
     trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     sums, expected = [], []
@@ -157,7 +134,6 @@ def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path)
 
     trainer._compute_loss = recording_loss
     controller = trainer.entropy_control.controller
-    assert controller.pull_gain == 1.0 and controller.pull_smoothing == 0.3
     note = controller.note_pull
     controller.note_pull = lambda cov, var, count: (sums.append((cov, var, count)), note(cov, var, count))
     trainer.train()
@@ -169,19 +145,18 @@ def test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards(tmp_path)
         assert count == float(want[2])
     logged = [h["entropy_control/bonus_pull"] for h in trainer.state.log_history if "entropy_control/bonus_pull" in h]
     assert len(logged) == 3 and all(math.isfinite(v) for v in logged)
-    assert any(h.get("entropy_control/bonus_pull_term", 0.0) != 0.0 for h in trainer.state.log_history)
 
 
 def test_the_varentropy_by_hand():
-    """The token mean of the smoothed ``(log p + H)^2`` sum over the smoothed token count (weight 0.5 on the
+    """The token mean of the smoothed ``(log p + H)^2`` sum over the smoothed token count (weight 0.3 on the
     newest); ``None`` until a pull with its count; kept in the state."""
-    c = EntropyBonusController(pull_smoothing=0.5)
+    c = EntropyBonusController()
     c.note_pull(10.0, 200.0)
     assert c.varentropy is None  # no count
-    c = EntropyBonusController(pull_smoothing=0.5)
+    c = EntropyBonusController()
     c.note_pull(10.0, 200.0, 100.0)
     c.note_pull(10.0, 400.0, 100.0)
-    assert c.varentropy == pytest.approx(3.0)
+    assert c.varentropy == pytest.approx((0.7 * 200.0 + 0.3 * 400.0) / 100.0)
     d = EntropyBonusController()
     d.load_state_dict(c.state_dict())
     assert d.varentropy == c.varentropy and d.gain_scale == c.gain_scale

@@ -85,7 +85,6 @@ def test_the_tracking_first_recipe_differs_from_the_recommended_one_only_in_its_
         return yaml.safe_load(open(os.path.join(ROOT, "recipes", name)))
 
     base, tight = load("entropy_bonus_smollm2_wsd.yaml"), load("entropy_bonus_smollm2_wsd_tight.yaml")
-    law = {"entropy_bonus_min": -0.5, "entropy_bonus_integral_error": "level", "entropy_bonus_ki": 0.03,
-           "entropy_bonus_compensation_clip": "bounds"}
+    law = {"entropy_bonus_min": -0.5, "entropy_bonus_ki": 0.03, "entropy_bonus_compensation_clip": "bounds"}
     assert {k: tight.pop(k) for k in law} == law and not set(law) & set(base)
     assert {k for k in base if base[k] != tight.get(k)} == {"output_dir"} and set(tight) == set(base)

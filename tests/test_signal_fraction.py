@@ -1,5 +1,5 @@
 """The signal fraction (the share of a step's tokens with a non-zero advantage): its sum by hand, what the trainer
-hands the bonus's controller through TRL's real loop, and ``entropy_bonus_integral_scale`` in the config."""
+hands the bonus's controller through TRL's real loop (logged; it does not act on the law)."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
 
-from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+from trl_entropy import GRPOEntropyTrainer
 from trl_entropy.scheduling import signal_token_count
 
 
@@ -47,18 +47,16 @@ def steps_signal(trainer) -> list[float]:
     return seen, expected
 
 
-@pytest.mark.parametrize("scale", ["none", "signal"])
-def test_through_trl_the_controller_gets_each_steps_signal_fraction(tmp_path, scale):
+def test_through_trl_the_controller_gets_each_steps_signal_fraction(tmp_path):
     """Two micro-batches a step, off-policy: the fraction the controller is given is the step's share of tokens with
     a non-zero advantage, summed over both loss forwards; it is smoothed and logged as
-    ``entropy_control/bonus_signal_fraction``; with ``"signal"`` the integral follows it."""
+    ``entropy_control/bonus_signal_fraction``."""
     args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=4,
                      learning_rate=1e-2, per_device_train_batch_size=8, steps_per_generation=2,
-                     gradient_accumulation_steps=2, entropy_bonus_integral_scale=scale)
+                     gradient_accumulation_steps=2)
     trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     controller = trainer.entropy_control.controller
-    assert controller.integral_scale == scale
     noted, note = [], controller.note_signal
     controller.note_signal = lambda f: (noted.append(f), note(f))
     seen, expected = steps_signal(trainer)
@@ -77,8 +75,7 @@ def test_through_trl_the_controller_gets_each_steps_signal_fraction(tmp_path, sc
 
 
 def test_a_constant_reward_gives_a_zero_signal(tmp_path):
-    args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=2,
-                     entropy_bonus_integral_scale="signal")
+    args = tiny_args(tmp_path, entropy_control="entropy_bonus", entropy_schedule_start=2.6, max_steps=2)
     trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=lambda completions, **kw: [1.0] * len(completions),
                                  args=args, train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     trainer.train()
@@ -88,25 +85,15 @@ def test_a_constant_reward_gives_a_zero_signal(tmp_path):
     assert all(math.isfinite(h.get("loss", 0.0)) for h in trainer.state.log_history)
 
 
-def test_the_config_refuses_an_unknown_scale_and_defaults_to_none(tmp_path):
-    with pytest.raises(ValueError, match="entropy_bonus_integral_scale must be one of"):
-        GRPOEntropyConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, entropy_control="entropy_bonus",
-                          entropy_schedule_start=1.0, entropy_bonus_integral_scale="signals")
-    args = GRPOEntropyConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, entropy_control="entropy_bonus",
-                             entropy_schedule_start=1.0)
-    assert args.entropy_bonus_integral_scale == "none"
-
-
 def test_the_assist_s_bonus_gets_the_signal_too(tmp_path):
     args = tiny_args(tmp_path, entropy_control="adaptive_clip", entropy_schedule_start=2.6, max_steps=2,
                      adaptive_clip_window=1, adaptive_clip_max=0.2, entropy_bonus_assist=True,
-                     entropy_bonus_assist_window=1, per_device_train_batch_size=8, steps_per_generation=2,
-                     entropy_bonus_integral_scale="signal")
+                     entropy_bonus_assist_window=1, per_device_train_batch_size=8, steps_per_generation=2)
     trainer = GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
     trainer.train()
     bonus = trainer.entropy_control.bonus
-    assert bonus.integral_scale == "signal" and bonus.signal is not None
+    assert bonus.signal is not None
     logged = [h["entropy_control/bonus_signal_fraction"] for h in trainer.state.log_history
               if "entropy_control/bonus_signal_fraction" in h]
     assert len(logged) == 2 and logged[-1] == pytest.approx(bonus.signal)

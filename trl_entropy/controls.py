@@ -922,17 +922,7 @@ def _bonus_controller(args, initial: float = 0.0) -> EntropyBonusController:
         authority=args.entropy_bonus_authority,
         momentum=_optimizer_momentum(args),
         momentum_compensation=args.entropy_bonus_momentum_compensation,
-        anneal_min=args.entropy_bonus_anneal_min,
         compensation_clip=args.entropy_bonus_compensation_clip,
-        integral_error=args.entropy_bonus_integral_error,
-        pull_gain=args.entropy_bonus_pull_gain,
-        pull_smoothing=args.entropy_bonus_pull_smoothing,
-        target_lookahead=args.entropy_bonus_target_lookahead,
-        integral_scale=args.entropy_bonus_integral_scale,
-        antiwindup=args.entropy_bonus_antiwindup,
-        integral_clip=args.entropy_bonus_integral_clip,
-        integral_beyond=args.entropy_bonus_integral_beyond,
-        lower_ki_fraction=args.entropy_bonus_lower_ki_fraction,
     )
 
 
@@ -945,15 +935,11 @@ def _optimizer_momentum(args) -> float:
     return float(getattr(args, "adam_beta1", 0.9))
 
 
-def _set_coefficient(trainer, value: float, scope: str = "all") -> None:
-    """Apply the coefficient ``value`` from the next micro-batch on. A penalty (``value < 0``) with a ``scope`` other
-    than ``"all"`` goes to the trainer's scoped term (``GRPOEntropyTrainer.entropy_penalty``, on the tokens of
-    ``penalty_token_mask``) and TRL's own coefficient is 0; anything else is TRL's ``- value * H``."""
+def _set_coefficient(trainer, value: float) -> None:
+    """Apply the coefficient ``value`` from the next micro-batch on: TRL's own ``- value * H``."""
     from ._trl_private import set_entropy_coefficient
 
-    scoped = scope != "all" and value < 0
-    set_entropy_coefficient(trainer, 0.0 if scoped else value)
-    trainer.entropy_penalty = (float(value), scope) if scoped else None
+    set_entropy_coefficient(trainer, value)
 
 
 @register_control("entropy_bonus")
@@ -964,7 +950,7 @@ class EntropyBonusControl(ControllerControl):
 
     follows_target = True
     knob_name = "entropy_coef"
-    uses_pull_sums = True  # the pull's estimate is logged, and fed forward with entropy_bonus_pull_gain > 0
+    uses_pull_sums = True  # the pull's estimate and the signal fraction are logged
     card_text = ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed coefficient "
                  "`c` (a penalty when negative) moved each optimizer step by a filtered, predictive PI law with "
                  "feed-forward from the target's slope, bounded and with anti-windup, its gains scaled by the "
@@ -993,7 +979,7 @@ class EntropyBonusControl(ControllerControl):
         self.controller = _bonus_controller(args, initial=float(args.entropy_coef))
 
     def apply(self, trainer) -> None:
-        _set_coefficient(trainer, self.controller.value, getattr(self.args, "entropy_bonus_penalty_scope", "all"))
+        _set_coefficient(trainer, self.controller.value)
 
     def note_step_reading(self, reading):
         self.controller.note_step_reading(reading)
@@ -1013,8 +999,6 @@ class EntropyBonusControl(ControllerControl):
         out = {"bonus_integral": c.integral, "bonus_feedforward": c.feedforward,
                "bonus_authority": c.authority.estimate, "bonus_gain_scale": c.gain_scale, "bonus_law": c.law,
                "bonus_noise": c.noise, "bonus_averaged": c.averaged}
-        if c.anneal_min is not None:
-            out["bonus_annealing"] = float(c.annealing)
         if c.predicted is not None:
             out["bonus_predicted_entropy"] = c.predicted
         out.update(_pull_metrics(c))
@@ -1023,13 +1007,10 @@ class EntropyBonusControl(ControllerControl):
 
 def _pull_metrics(c: EntropyBonusController) -> dict[str, float]:
     """``bonus_pull``: the coefficient that balances the policy gradient's pull on entropy (once measured);
-    ``bonus_pull_term``: the part of the law it set (only with ``entropy_bonus_pull_gain > 0``);
     ``bonus_varentropy``: the token mean of ``(log p + H)^2``; ``bonus_signal_fraction``: the smoothed share of
     tokens with a non-zero advantage."""
     pull = c.pull_coefficient
     out = {} if pull is None else {"bonus_pull": pull}
-    if pull is not None and c.pull_gain > 0:
-        out["bonus_pull_term"] = c.pull_term
     if c.varentropy is not None:
         out["bonus_varentropy"] = c.varentropy
     if c.signal is not None:
@@ -1119,12 +1100,11 @@ class AssistedControl:
     HANDBACK_BLEED = 0.95
     HANDBACK_LEVEL = 0.02
     HANDBACK_QUIET = 0.2
-    _own = ("inner", "bonus", "scope", "monitor", "recovered", "active", "window", "handovers", "called_for", "idle")
+    _own = ("inner", "bonus", "monitor", "recovered", "active", "window", "handovers", "called_for", "idle")
 
     def __init__(self, inner: EntropyControl, args):
         self.inner = inner
         self.bonus = _bonus_controller(args)
-        self.scope = getattr(args, "entropy_bonus_penalty_scope", "all")
         self.window = int(args.entropy_bonus_assist_window)
         self.monitor = SaturationMonitor(self.window)
         self.recovered = 0
@@ -1144,7 +1124,7 @@ class AssistedControl:
 
     def apply(self, trainer) -> None:
         self.inner.apply(trainer)
-        _set_coefficient(trainer, self.bonus.value, self.scope)
+        _set_coefficient(trainer, self.bonus.value)
 
     uses_pull_sums = True  # the assist's bonus gets the pull's estimate too
 

@@ -63,7 +63,6 @@ __all__ = [
     "log_importance_weights",
     "loss_mask",
     "off_policy_sequence_mask",
-    "penalty_token_mask",
     "per_token_policy_loss",
     "reference_kl",
     "trainer_compute_loss",
@@ -394,27 +393,6 @@ def entropy_bonus(
     """
     accumulation = gradient_accumulation_steps if training else 1.0
     return (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
-
-
-#: Where a negative entropy coefficient (a penalty) acts: TRL's term over every loss token, or only the tokens of
-#: rollouts with a positive advantage (``penalty_token_mask``).
-PENALTY_SCOPES = ("all", "positive_advantage")
-
-
-def penalty_token_mask(advantages: Tensor, mask: Tensor, scope: str) -> Tensor:
-    """The tokens an entropy penalty acts on: ``mask`` for ``"all"``; for ``"positive_advantage"``, ``mask`` on the
-    rows (or tokens, for token-shaped advantages) whose advantage is > 0 and 0 elsewhere.
-
-    A penalty over every token sharpens the policy wherever it samples, wrong answers included; restricted to
-    positive-advantage rollouts it sharpens only what beat its group. Rows of a group with one outcome (advantage 0)
-    and rows below their group's mean are left alone. ``advantages``: (B,), (B, 1) or (B, T); ``mask``: (B, T).
-    """
-    if scope not in PENALTY_SCOPES:
-        raise ValueError(f"penalty scope must be one of {PENALTY_SCOPES}, got {scope!r}.")
-    if scope == "all":
-        return mask
-    positive = (_as_2d_advantages(advantages) > 0).to(mask.dtype)
-    return mask * positive
 
 
 def high_prob_adjustment(

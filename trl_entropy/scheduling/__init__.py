@@ -1,8 +1,7 @@
 from .callbacks import EntropyScheduleCallback
+from .bonus import AuthorityEstimator, EntropyBonusController
 from .controllers import (
     AdaptiveClipController,
-    AuthorityEstimator,
-    EntropyBonusController,
     LambdaStepController,
     PIController,
     SaturationMonitor,

@@ -116,8 +116,8 @@ def signal_token_count(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Te
 
     A group whose rewards are all equal has advantage 0 on every token, so it pulls on entropy neither way, while an
     entropy bonus acts on every token alike. Divided by ``sum(m)`` (summed over micro-batches and processes), it is
-    the step's *signal fraction*, by which the coefficient that balances the pull scales
-    (``entropy_bonus_integral_scale="signal"``). ``advantages`` (B,), (B, 1) or (B, T); ``mask`` (B, T)."""
+    the step's *signal fraction* (logged as ``entropy_control/bonus_signal_fraction``). ``advantages`` (B,), (B, 1)
+    or (B, T); ``mask`` (B, T)."""
     m = mask.to(torch.float32)
     adv = advantages.detach()
     if adv.dim() == 1:

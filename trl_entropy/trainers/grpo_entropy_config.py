@@ -13,7 +13,6 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from ..losses.policy_loss import PENALTY_SCOPES
 from ..scheduling.controllers import EntropyBonusController
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 
@@ -250,9 +249,8 @@ class GRPOEntropyConfig(GRPOConfig):
     optimizer step by `trl_entropy.scheduling.EntropyBonusController`: the measured entropy is filtered (level and
     trend) and predicted `entropy_bonus_horizon` steps ahead; `c = clip(I + kp * e + kff * slope, min, max)` with the
     relative error `e = (target - predicted) / target` clipped to [-1, 1], the target's relative slope per step, and
-    an integral `I += ki * e_I` that stops at the bounds (anti-windup), `e_I` the filtered level's own relative error
-    (`entropy_bonus_integral_error="level"`, the default) or `e` (`"prediction"`). `entropy_coef` is the initial
-    coefficient.
+    an integral `I += ki * e_I` that stops at the bounds (anti-windup), `e_I` the filtered level's own relative error.
+    `entropy_coef` is the initial coefficient. What each setting was measured against: `docs/benchmarks.md`.
     `entropy_control="trl_adaptive"` is TRL's own rule (`use_adaptive_entropy`, set for you) with its
     `entropy_target` driven by the schedule.
 
@@ -262,36 +260,22 @@ class GRPOEntropyConfig(GRPOConfig):
             `entropy_bonus_authority`; >= 0.
         entropy_bonus_ki (`float`, *optional*, defaults to `0.03`):
             Integral gain: coefficient added per optimizer step per unit of relative error (at the reference
-            authority); >= 0. (0.015 until 2026-11-27, with `entropy_bonus_integral_error="prediction"`.)
+            authority); >= 0.
         entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
             Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
             error builds up); >= 0.
         entropy_bonus_min (`float`, *optional*, defaults to `-0.1`):
             Lower bound of the coefficient (an entropy penalty); <= 0. Smaller than `entropy_bonus_max` on purpose:
-            entropy is lowered mostly by releasing the bonus, since a penalty sharpens the policy blind to the reward
-            (on SmolLM2 the bound -0.5 tracked a little closer and trained less accurate policies).
+            entropy is lowered mostly by releasing the bonus, since a penalty sharpens the policy blind to the
+            reward.
         entropy_bonus_max (`float`, *optional*, defaults to `0.5`):
             Upper bound of the coefficient; >= 0.
-        entropy_bonus_penalty_scope (`str`, *optional*, defaults to `"all"`):
-            Which tokens a negative coefficient (a penalty) acts on: `"all"`, every loss token (TRL's own term,
-            `- c * H`), or `"positive_advantage"`, only the tokens of rollouts with a positive advantage (the mean
-            entropy over those tokens, added by this package's trainer to TRL's loss; TRL's own coefficient is then
-            0). A penalty over every token sharpens wrong answers as well as right ones; restricted, it sharpens what
-            beat its group. A positive coefficient (a bonus) always acts on every token. On SmolLM2 (bound -0.5,
-            three seeds) it kept the penalty's authority and not the accuracy: the WSD policies were less accurate
-            than with the penalty over every token (docs: benchmarks, the penalty bound).
         entropy_bonus_bound_limit (`float`, *optional*, defaults to `1.0`):
             The most either bound may grow to: when the coefficient has sat at a bound with the error pushing further
             for `entropy_bonus_bound_patience` steps, that bound grows by 1.5x (the knob's scale, learned online).
             Set it to the bounds' size to keep them fixed.
         entropy_bonus_bound_patience (`int`, *optional*, defaults to `10`):
             Steps at a bound, pushed further, before it grows; >= 1.
-        entropy_bonus_anneal_min (`float` or `None`, *optional*, defaults to `None`):
-            Release-first anneal: while the target falls, the coefficient's lower bound is `max(entropy_bonus_min,
-            entropy_bonus_anneal_min)`, so an anneal lowers entropy by releasing the bonus (and letting the policy
-            gradient pull entropy down) more than by penalising it; <= 0. `None`: `entropy_bonus_min` throughout.
-            Acts only with an `entropy_bonus_min` below it (with the default -0.1, a value of 0 forbids penalties
-            during the anneal). Logged as `entropy_control/bonus_annealing` (1 while the target falls).
         entropy_bonus_horizon (`float`, *optional*, defaults to `6.0`):
             Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
             level).
@@ -315,90 +299,10 @@ class GRPOEntropyConfig(GRPOConfig):
             1 the applied coefficient is chosen so that this average equals the law's output at once (it moves
             more than the law's output). The law's output is logged as `entropy_control/bonus_law`.
         entropy_bonus_compensation_clip (`str`, *optional*, defaults to `"symmetric"`):
-            How far the applied (compensated) coefficient may move: `"symmetric"` within `+-2 *
-            max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up, `"bounds"` (the default until
-            2026-11-27) within twice each bound, or `"hold_symmetric"` (opt-in): the first while the target holds or
-            rises, the second while it falls (an anneal). Either way the optimizer's average of it stays within the
-            bounds.
-        entropy_bonus_integral_error (`str`, *optional*, defaults to `"level"`):
-            What the law's integral sums: `"level"`, the error of the filtered entropy itself, so that a rebound or
-            a dip does not move the standing bonus by its trend, or `"prediction"` (the default until 2026-11-27,
-            with `entropy_bonus_ki=0.015`), the error of the entropy predicted `entropy_bonus_horizon` steps ahead
-            (the proportional term's error); with `"prediction"` and `entropy_bonus_ki` left at 0.03 the config
-            warns (set 0.015 to train as before). With `"symmetric"` and `ki=0.03`, on SmolLM2 over fifteen GPU seeds,
-            `"level"` tracked 1.7 points closer than the law before on a held target (10.0% against 11.6%), as
-            close on WSD, with policies as accurate; over eighteen CPU seeds 0.9 points closer (10.3%), with
-            policies as accurate over the 33 seeds of both devices (docs: benchmarks, the level's integral with the
-            symmetric kick).
-        entropy_bonus_pull_gain (`float`, *optional*, defaults to `0.0`):
-            Gain of the pull feed-forward, >= 0: the law adds `gain * Cov / Var`, the coefficient that balances the
-            policy gradient's own pull on entropy, estimated each optimizer step from the loss forward's tokens
-            (no extra pass): `Cov` is the token mean of `(log p + H) * A`, `Var` of `(log p + H)^2` (sampled
-            token's log-prob `log p`, the position's entropy `H`, advantage `A`; Cui et al.'s entropy dynamics under
-            natural policy gradient). It acts in the same step as the pull, where the feedback waits for the
-            entropy to move. 0 (off) leaves the law unchanged; the estimate is logged as
-            `entropy_control/bonus_pull` either way. On SmolLM2, at gain 1, it shrank the early dip, tracked within
-            noise of the default and trained less accurate policies (docs: benchmarks, the pull).
-        entropy_bonus_pull_smoothing (`float`, *optional*, defaults to `0.3`):
-            Weight of the newest step in the running averages of `Cov` and `Var`, in (0, 1].
-        entropy_bonus_target_lookahead (`str`, *optional*, defaults to `"horizon"`):
-            Which step's target the law compares its predicted entropy with: `"horizon"`, the target
-            `entropy_bonus_horizon` steps ahead (extrapolated along its slope), the step the prediction is for; or
-            `"step"`, the next step's target (the law until 2026-11-27, kept to reproduce older runs). The two are
-            identical on a constant target. On a moving one, `"step"` reads entropy that follows the target as
-            `horizon - 1` slopes off it and pushes against the schedule (on SmolLM2's anneal it held the bonus up
-            while entropy ended 0.11 nats above its target; docs: benchmarks, the anneal's look-ahead).
-        entropy_bonus_integral_scale (`str`, *optional*, defaults to `"none"`):
-            Whether the law's integral follows the *signal fraction*, the share of the step's tokens with a
-            non-zero advantage (logged as `entropy_control/bonus_signal_fraction`, smoothed over ~10 steps):
-            `"none"`, or `"signal"`, which multiplies the integral by each change of that fraction. Why: a group
-            whose rewards are all equal has advantage 0 and pulls on entropy neither way, while the bonus acts on
-            every token, so the coefficient that balances the policy gradient's pull shrinks as more groups are
-            solved. The integral alone follows that decline a ramp's lag behind (on SmolLM2 it fell from 0.12 to
-            0.07 over steps 40-100 while the share of groups with a signal fell from 0.54 to 0.29, and entropy
-            stood ~4% above a held target meanwhile). Measured there against the defaults (CPU, eight runs): the integral fell as built
-            but the law's proportional term made up the difference, and the error did not move (-0.2 +- 1.2
-            points), so it is opt-in (docs: benchmarks, the integral scaled by the signal fraction).
-        entropy_bonus_antiwindup (`str`, *optional*, defaults to `"conditional"`):
-            Where the law's integral stops: `"conditional"`, at either bound, while the law's output sits there
-            and the error pushes further (so it never winds up against a bound), or `"upper"`, at the upper bound
-            only: at the lower bound, a limit on the penalty rather than the knob's scale, the integral keeps
-            integrating, held within it. Why: on SmolLM2's held target the law sat at the -0.1 bound on ~4% of the
-            steps after step 40, with entropy ~45% above the target on them, so conditional integration hid the
-            largest overshoots from the integral, and entropy stood ~3% above the target. With
-            `entropy_bonus_ki=0.045`, on six CPU seeds, `"upper"` brought that offset from +4.4% to +1.9%, but one
-            overshoot to twice the target drained the integral and the error did not fall (-0.3 +- 1.5 points), so
-            it is opt-in (docs: benchmarks, the integral at the lower bound).
-        entropy_bonus_lower_ki_fraction (`float`, *optional*, defaults to `0.0`):
-            With `entropy_bonus_antiwindup="conditional"`, the fraction in [0, 1] of the integral's update taken
-            while the law sits at the lower bound and the error pushes further down: 0 (the default) stops the
-            integral there, 1 integrates as `"upper"` does. Why: `"upper"` let a single long overshoot drain the
-            integral; a fraction of the update still reaches the offset those overshoots leave over many steps,
-            but drains the integral only that fraction as fast. Measured at 0.25 on eight CPU seeds of SmolLM2's
-            held target: the integral fell as built but the late excess grew, and the error with it (+0.5 +- 0.3
-            points against 0), so it is opt-in (docs: benchmarks, the integral at the lower bound).
-        entropy_bonus_integral_clip (`float`, *optional*, defaults to `1.0`):
-            The bound, in (0, 1], on the relative error the law's integral sums each step (the error itself is
-            already clipped to [-1, 1], so 1 changes nothing). Why: with `entropy_bonus_antiwindup="upper"` the
-            integral also integrates the overshoots that drive the law to its lower bound; one to twice the target
-            (error -1) then drained the integral by `entropy_bonus_ki` per step, and a dip followed. A clip of 0.5
-            still passes the typical overshoot there (~45% above the target) and halves that drain. Measured at 0.5
-            with `"upper"` and `entropy_bonus_ki=0.045` on twelve CPU seeds of SmolLM2's held target: eight seeds
-            tracked closer than the defaults, but on two an overshoot lasting 8-10 steps still drained the integral
-            and the error did not fall overall (+0.3 +- 1.0 points), so 1 stays the default (docs: benchmarks, the
-            integral at the lower bound).
-        entropy_bonus_integral_beyond (`str`, *optional*, defaults to `"clip"`):
-            What the law's integral does with an error beyond `entropy_bonus_integral_clip`: `"clip"` sums the bound,
-            `"skip"` sums nothing. Why: an overshoot far past the target that lasts 8-10 steps is a transient of the
-            policy, not a change of the coefficient that balances its pull, yet summed even at the bound it drained
-            the integral and a dip to half the target followed. On the two SmolLM2 seeds where that happened (with
-            `"upper"`, `entropy_bonus_ki=0.045`, clip 0.5) `"skip"` kept the integral above +0.07 and the error fell
-            from 19.6% and 19.2% to 13.6% and 15.5%. Opt-in: it skips on both sides, and on one of four other seeds
-            it also held the integral back through the early collapse and cost 2.5 points (docs: benchmarks, the
-            integral at the lower bound). `"skip_overshoot"` skips on the overshoot's side only (an error below
-            `-entropy_bonus_integral_clip`, the level far above the target) and clips the other, so the integral
-            still builds the bonus that ends an early collapse; on twelve CPU seeds it tracked as the defaults do
-            (+0.1 +- 0.8 points), the kept integral winding up in the next dip instead.
+            How far the applied (momentum-compensated) coefficient may move: `"symmetric"` within `+-2 *
+            max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up, or `"bounds"` within twice each bound
+            (what `recipes/entropy_bonus_smollm2_wsd_tight.yaml` sets). Either way the optimizer's average of it
+            stays within the bounds.
         entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
             With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
             `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
@@ -591,147 +495,75 @@ class GRPOEntropyConfig(GRPOConfig):
     entropy_bonus_kp: float = field(
         default=0.25,
         metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error at the "
-                  "reference authority; >= 0."},
+                  "reference authority; >= 0, default 0.25."},
     )
     entropy_bonus_ki: float = field(
         default=0.03,
         metadata={"help": "Entropy bonus: integral gain per optimizer step, coefficient per unit of relative error; "
-                  ">= 0."},
+                  ">= 0, default 0.03."},
     )
     entropy_bonus_kff: float = field(
         default=2.0,
         metadata={"help": "Entropy bonus: feed-forward gain on the target's relative slope per step (an anneal moves "
-                  "the coefficient before an error builds up); >= 0."},
+                  "the coefficient before an error builds up); >= 0, default 2."},
     )
     entropy_bonus_min: float = field(
         default=-0.1,
-        metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0. Small "
-                  "on purpose: a penalty sharpens the policy blind to the reward."},
+        metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0, default "
+                  "-0.1. Small on purpose: a penalty sharpens the policy blind to the reward."},
     )
     entropy_bonus_max: float = field(
         default=0.5,
-        metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0."},
-    )
-    entropy_bonus_penalty_scope: str = field(
-        default="all",
-        metadata={"help": "Entropy bonus: which tokens a negative coefficient (a penalty) acts on: 'all' (every loss "
-                  "token, TRL's term) or 'positive_advantage' (only tokens of rollouts with a positive advantage). "
-                  "A positive coefficient acts on every token.",
-                  "choices": list(PENALTY_SCOPES)},
+        metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0, default 0.5."},
     )
     entropy_bonus_bound_limit: float = field(
         default=1.0,
         metadata={"help": "Entropy bonus: the most either bound may grow to when the error keeps pushing past it; >= "
-                  "the size of entropy_bonus_min and entropy_bonus_max."},
+                  "the size of entropy_bonus_min and entropy_bonus_max, default 1."},
     )
     entropy_bonus_bound_patience: int = field(
         default=10,
         metadata={"help": "Entropy bonus: steps in a row the coefficient must sit at a bound, pushed further, before "
-                  "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1."},
-    )
-    entropy_bonus_anneal_min: float | None = field(
-        default=None,
-        metadata={"help": "Entropy bonus: lower bound of the coefficient while the target falls (release-first anneal: "
-                  "an anneal lowers entropy by releasing the bonus more than by penalising it); <= 0, None = "
-                  "entropy_bonus_min throughout."},
+                  "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1, default 10."},
     )
     entropy_bonus_horizon: float = field(
         default=6.0,
         metadata={"help": "Entropy bonus: optimizer steps ahead at which the filtered entropy is predicted from its "
-                  "trend (brakes before an overshoot); >= 0, 0 = feed back the filtered level."},
+                  "trend (brakes before an overshoot); >= 0, default 6, 0 = feed back the filtered level."},
     )
     entropy_bonus_level_smoothing: float = field(
         default=0.4,
-        metadata={"help": "Entropy bonus: weight of the newest measurement in the filtered level, in (0, 1]."},
+        metadata={"help": "Entropy bonus: weight of the newest measurement in the filtered level, in (0, 1], default "
+                  "0.4."},
     )
     entropy_bonus_trend_smoothing: float = field(
         default=0.2,
-        metadata={"help": "Entropy bonus: weight of the newest level change in the filtered trend, in (0, 1]."},
+        metadata={"help": "Entropy bonus: weight of the newest level change in the filtered trend, in (0, 1], default "
+                  "0.2."},
     )
     entropy_bonus_adapt_gain: bool = field(
         default=True,
         metadata={"help": "Entropy bonus: scale kp, ki and kff by entropy_bonus_authority / g, with g the knob's "
                   "authority estimated online (held within 5x of the reference; raised above 1 only as far as the "
-                  "measurement is cleaner than 0.25 relative noise per step)."},
+                  "measurement is cleaner than 0.25 relative noise per step); default True."},
     )
     entropy_bonus_authority: float = field(
         default=1.0,
         metadata={"help": "Entropy bonus: reference authority (relative entropy change per step per unit of "
-                  "coefficient) at which the gains are given, and the online estimate's start; > 0."},
+                  "coefficient) at which the gains are given, and the online estimate's start; > 0, default 1."},
     )
     entropy_bonus_momentum_compensation: float = field(
         default=0.5,
         metadata={"help": "Entropy bonus: fraction of the optimizer's first-moment lag (Adam's beta1) the applied "
-                  "coefficient cancels, in [0, 1] (1: the momentum average of the coefficient follows the law "
-                  "without lag; 0: the law's output is applied as it is)."},
+                  "coefficient cancels, in [0, 1], default 0.5 (1: the momentum average of the coefficient follows "
+                  "the law without lag; 0: the law's output is applied as it is)."},
     )
     entropy_bonus_compensation_clip: str = field(
         default="symmetric",
-        metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'symmetric' "
-                  "(within +-2 * max(entropy_bonus_max, -entropy_bonus_min): as far down as up), 'bounds' (within "
-                  "twice each bound; the default until 2026-11-27) or 'hold_symmetric' (the first while the target "
-                  "holds or rises, the second while it falls). The optimizer's average stays within the bounds "
-                  "whichever.",
+        metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'symmetric' (the "
+                  "default: within +-2 * max(entropy_bonus_max, -entropy_bonus_min), as far down as up) or 'bounds' "
+                  "(within twice each bound). The optimizer's average stays within the bounds either way.",
                   "choices": list(EntropyBonusController.COMPENSATION_CLIPS)},
-    )
-    entropy_bonus_integral_error: str = field(
-        default="level",
-        metadata={"help": "Entropy bonus: what the integral sums: 'level' (the error of the filtered entropy "
-                  "itself: a rebound or a dip does not move the standing bonus by its trend) or 'prediction' (the "
-                  "error of the entropy predicted entropy_bonus_horizon steps ahead, as the proportional term; the "
-                  "default until 2026-11-27, with entropy_bonus_ki=0.015).",
-                  "choices": list(EntropyBonusController.INTEGRAL_ERRORS)},
-    )
-    entropy_bonus_pull_gain: float = field(
-        default=0.0,
-        metadata={"help": "Entropy bonus: gain of the pull feed-forward, >= 0: the law adds gain * Cov/Var, the "
-                  "coefficient that balances the policy gradient's pull on entropy this step (Cov: token mean of "
-                  "(log p + H) * A; Var: of (log p + H)^2). 0: off (the estimate is still logged as "
-                  "entropy_control/bonus_pull)."},
-    )
-    entropy_bonus_pull_smoothing: float = field(
-        default=0.3,
-        metadata={"help": "Entropy bonus: weight of the newest step in the running averages of the pull's Cov and "
-                  "Var, in (0, 1]."},
-    )
-    entropy_bonus_target_lookahead: str = field(
-        default="horizon",
-        metadata={"help": "Entropy bonus: which step's target the predicted entropy is compared with: 'horizon' "
-                  "(the target entropy_bonus_horizon steps ahead, along its slope: the step the prediction is for) "
-                  "or 'step' (the next step's target: the law until 2026-11-27). Identical on a constant target.",
-                  "choices": list(EntropyBonusController.TARGET_LOOKAHEADS)},
-    )
-    entropy_bonus_integral_scale: str = field(
-        default="none",
-        metadata={"help": "Entropy bonus: 'signal' multiplies the law's integral by each change of the signal "
-                  "fraction (the smoothed share of tokens with a non-zero advantage), whose pull on entropy the "
-                  "integral balances; 'none' leaves the integral to follow it on its own.",
-                  "choices": list(EntropyBonusController.INTEGRAL_SCALES)},
-    )
-    entropy_bonus_antiwindup: str = field(
-        default="conditional",
-        metadata={"help": "Entropy bonus: where the law's integral stops: 'conditional', at either bound while the "
-                  "output sits there and the error pushes further; 'upper', only at the upper bound (at the lower, "
-                  "a penalty limit, the integral keeps falling, held within it).",
-                  "choices": list(EntropyBonusController.ANTIWINDUPS)},
-    )
-    entropy_bonus_lower_ki_fraction: float = field(
-        default=0.0,
-        metadata={"help": "Entropy bonus: with the 'conditional' antiwindup, the fraction in [0, 1] of the integral's "
-                  "update taken while the law sits at the lower bound and the error pushes further down; 0 (the "
-                  "default) stops the integral there, 1 integrates as 'upper' does."},
-    )
-    entropy_bonus_integral_clip: float = field(
-        default=1.0,
-        metadata={"help": "Entropy bonus: bound on the relative error the law's integral sums per step, in (0, 1]; "
-                  "1 (the default) changes nothing, 0.5 halves the drain of one far overshoot."},
-    )
-    entropy_bonus_integral_beyond: str = field(
-        default="clip",
-        metadata={"help": "Entropy bonus: what the law's integral does with an error beyond "
-                  "entropy_bonus_integral_clip: 'clip' sums the bound, 'skip' sums nothing, 'skip_overshoot' sums "
-                  "nothing only where the level lies far above the target (and clips below it).",
-                  "choices": list(EntropyBonusController.INTEGRAL_BEYONDS)},
     )
     entropy_bonus_assist: bool = field(
         default=False,
@@ -1289,47 +1121,13 @@ class GRPOEntropyConfig(GRPOConfig):
             self._validate_range(name, 0.0, math.inf)
         self._validate_range("entropy_bonus_min", -math.inf, 0.0)
         self._validate_range("entropy_bonus_max", 0.0, math.inf)
-        anneal_min = self.entropy_bonus_anneal_min
-        if anneal_min is not None and not (_is_number(anneal_min) and anneal_min <= 0):
-            raise ValueError(f"entropy_bonus_anneal_min must be None or a finite number <= 0, got {anneal_min!r}.")
         authority = self.entropy_bonus_authority
         if not (_is_number(authority) and authority > 0):
             raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
         self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
         self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
-        self._validate_choice("entropy_bonus_integral_error", EntropyBonusController.INTEGRAL_ERRORS)
-        level_ki = type(self).__dataclass_fields__["entropy_bonus_ki"].default  # chosen for the level's integral
-        bonus_in_use = "entropy_bonus_ki".startswith(self._used_config_prefixes())  # False for no prefixes
-        if bonus_in_use and self.entropy_bonus_integral_error == "prediction" and self.entropy_bonus_ki == level_ki:
-            warnings.warn(
-                f"entropy_bonus_integral_error='prediction' with entropy_bonus_ki={level_ki} (the default, "
-                "chosen for the level's integral): the prediction's integral was tuned at entropy_bonus_ki=0.015 (the "
-                "law until 2026-11-27), and at twice that it swings where the knob is strong. Set "
-                "entropy_bonus_ki=0.015 to train as before.",
-                UserWarning,
-                stacklevel=3,
-            )
-        self._validate_choice("entropy_bonus_target_lookahead", EntropyBonusController.TARGET_LOOKAHEADS)
-        self._validate_choice("entropy_bonus_integral_scale", EntropyBonusController.INTEGRAL_SCALES)
-        self._validate_choice("entropy_bonus_antiwindup", EntropyBonusController.ANTIWINDUPS)
-        self._validate_range("entropy_bonus_integral_clip", 0.0, 1.0, low_open=True)
-        self._validate_range("entropy_bonus_lower_ki_fraction", 0.0, 1.0)
-        self._validate_choice("entropy_bonus_integral_beyond", EntropyBonusController.INTEGRAL_BEYONDS)
-        if (bonus_in_use and self.entropy_bonus_integral_beyond != "clip"
-                and self.entropy_bonus_integral_clip >= 1.0):
-            warnings.warn(
-                f"entropy_bonus_integral_beyond={self.entropy_bonus_integral_beyond!r} with "
-                "entropy_bonus_integral_clip=1: the summed error never lies "
-                "beyond 1 (it is clipped to [-1, 1] already), so nothing is skipped. Set entropy_bonus_integral_clip "
-                "below 1 (0.5 was measured).",
-                UserWarning,
-                stacklevel=3,
-            )
-        self._validate_choice("entropy_bonus_penalty_scope", PENALTY_SCOPES)
         self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
         self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
-        self._validate_range("entropy_bonus_pull_gain", 0.0, math.inf)
-        self._validate_range("entropy_bonus_pull_smoothing", 0.0, 1.0, low_open=True)
         size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
         limit = self.entropy_bonus_bound_limit
         if not _is_number(limit) or limit < size:
