@@ -59,9 +59,7 @@ from ..losses.policy_loss import (
     _as_2d_advantages,
     additive_hooks_loss,
     check_trainer_supported,
-    entropy_bonus,
     loss_mask,
-    penalty_token_mask,
     trainer_compute_loss,
 )
 from ..scheduling.callbacks import EntropyScheduleCallback
@@ -243,11 +241,6 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self._ec_capture_logps = False  # armed by _additive_compute_loss for TRL's loss forward only
         self._ec_captured_logps: torch.Tensor | None = None  # that forward's log-probs, with their gradient
         self._ec_captured_pull_logps: torch.Tensor | None = None  # the loss forward's log-probs, detached
-        # A scoped entropy penalty, (coefficient < 0, scope), set by the control (controls._set_coefficient), or None:
-        # the loss forward's entropies are then kept with their gradient for `_scoped_penalty_term`.
-        self.entropy_penalty: tuple[float, str] | None = None
-        self._ec_capture_grad_entropies = False
-        self._ec_grad_entropies: torch.Tensor | None = None
         self._ec_score_capture = False  # armed per generation until the policy's old-log-prob pass has been read
         self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
@@ -405,8 +398,6 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             self._ec_scoring_entropies = entropies.detach()
             return logps, None, aux  # TRL asked for no entropy here
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if self._ec_capture_grad_entropies and entropies is not None:  # the loss forward's, with their gradient
-            self._ec_grad_entropies = entropies
         if self._ec_capture and entropies is not None:
             self._ec_captured_entropies = entropies.detach()
             self._ec_captured_pull_logps = logps.detach()  # for the pull sums (used only with uses_pull_sums)
@@ -730,26 +721,10 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         inputs["advantages"] = advantages * scale
         return inputs
 
-    def _scoped_penalty_term(self, inputs, training: bool) -> torch.Tensor:
-        """``-c * mean_{scoped tokens} H`` for the scoped penalty ``(c, scope)`` (``entropy_bonus_penalty_scope``),
-        from the entropies of the loss forward that just ran, with their gradient: TRL's own bonus term on the tokens
-        of ``penalty_token_mask`` (the same mean and gradient-accumulation scaling, without TRL's
-        ``top_entropy_quantile`` mask). A micro-batch with no such token adds 0."""
-        entropies = self._ec_grad_entropies  # cleared by _compute_loss once the loss is built
-        if entropies is None:
-            raise RuntimeError("the scoped entropy penalty found no entropies from TRL's loss forward.")
-        value, scope = self.entropy_penalty
-        mask = penalty_token_mask(inputs["advantages"], loss_mask(inputs), scope).to(entropies.dtype)
-        accumulation = getattr(self, "current_gradient_accumulation_steps", 1) or 1
-        mean = entropy_bonus(entropies, mask, gradient_accumulation_steps=accumulation, training=training)
-        return -value * mean
-
     def _compute_loss(self, model, inputs):
         training = self.model.training
         self._ec_capture = training
         control = self.entropy_control
-        scoped = self.entropy_penalty is not None
-        self._ec_capture_grad_entropies = scoped
         try:
             if training and control is not None and control.uses_token_hooks:
                 if getattr(control, "additive_loss_term", False):
@@ -758,12 +733,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                     loss = self._hooked_compute_loss(model, inputs)
             else:
                 loss = super()._compute_loss(model, inputs)
-            if scoped:
-                loss = loss + self._scoped_penalty_term(inputs, training)
         finally:
             self._ec_capture = False
-            self._ec_capture_grad_entropies = False
-            self._ec_grad_entropies = None
         if training:
             self._ec_micro_in_step += 1
             entropies, self._ec_captured_entropies = self._ec_captured_entropies, None
