@@ -268,6 +268,110 @@ def cmd_summary(args):
                 print(f"{other} - grpo, pass@{k}: {d:+.3f} ± {se:.3f} (paired SE, {n} seeds)")
 
 
+PRIMARY = ["grpo", "dapo", "trl_hold", RECOMMENDED]
+LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-higher (0.28)",
+          "trl_hold": "TRL's rule, hold", "bonus_hold": "bonus, hold", "bonus_hold_half": "bonus, hold at half",
+          "bonus_wsd03": "bonus, WSD 0.3 (recommended)", "bonus_wsd01": "bonus, WSD 0.1",
+          "bonus_cosine": "bonus, cosine", "entrocraft_linear_assist": "Entrocraft linear + assist",
+          "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
+          "kl_cov": "KL-Cov"}
+
+
+def _mean_curve(runs, get):
+    """Element-wise mean over runs of the lists ``get(run)`` (cut to the shortest)."""
+    series = [get(r) for r in runs]
+    n = min(len(x) for x in series)
+    return [statistics.fmean(x[i] for x in series) for i in range(n)]
+
+
+def cui_fit(record, fraction: float = 1 / 3) -> dict:
+    """Cui et al.'s R = -a exp(H) + b fitted on (entropy, training reward) of the first ``fraction`` of the steps;
+    its prediction of the final reward (at the run's final entropy) and of the ceiling (H = 0) against the run's
+    mean reward over its last 10% of steps."""
+    from trl_entropy.metrics import fit_entropy_performance
+
+    pairs = [(h, r) for h, r in zip(record["entropy"], record["reward"]) if h is not None and r is not None]
+    n_fit = max(3, int(fraction * len(pairs)))
+    fit = fit_entropy_performance([h for h, _ in pairs[:n_fit]], [r for _, r in pairs[:n_fit]])
+    tail = pairs[-max(1, len(pairs) // 10):]
+    h_end = statistics.fmean(h for h, _ in tail)
+    return {"a": fit.a, "b": fit.b, "ceiling": fit.ceiling, "predicted_final": fit.b - fit.a * math.exp(h_end),
+            "final": statistics.fmean(r for _, r in tail), "final_entropy": h_end}
+
+
+def figures(records: list[dict], out_dir: str) -> list[str]:
+    """The study's pictures: pass@k, held-out learning curves, entropy and answer diversity, the papers' claims."""
+    from trl_entropy._plotting import k_axis, new_figure, save_figure
+
+    by = {}
+    for r in records:
+        by.setdefault(r["method"], []).append(r)
+    present = [m for m in ["base"] + list(METHODS) if m in by]
+    styles = {m: dict(color=f"C{i}") for i, m in enumerate(present)}
+    styles.get("base", {}).update(color="k", ls="--")
+    written = []
+
+    def passk(m, part="all"):
+        ks = sorted(int(k) for k in by[m][0]["final"][part]["pass_at_k"])
+        return ks, [statistics.fmean(r["final"][part]["pass_at_k"][str(k)] for r in by[m]) for k in ks]
+
+    # 1. pass@k of the final models
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    for ax, part, title in ((axes[0, 0], "all", "all held-out problems"),
+                            (axes[0, 1], "carry", "held-out problems with a carry")):
+        for m in [x for x in present if x in ["base"] + PRIMARY]:
+            ks, ys = passk(m, part)
+            ax.plot(ks, ys, marker="o", ms=3, label=f"{LABELS[m]} ({len(by[m])})", **styles[m])
+        k_axis(ax, ks)
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k")
+        ax.set_title(f"Final pass@k, {title}")
+    axes[0, 0].legend(fontsize=8)
+    written.append(save_figure(fig, os.path.join(out_dir, "payoff_pass_at_k.png")))
+
+    # 2. held-out learning curves
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    base = by.get("base", [None])[0]
+    for ax, key in ((axes[0, 0], "pass@1"), (axes[0, 1], "pass@16")):
+        for m in [x for x in present if x in PRIMARY]:
+            steps = by[m][0]["curve"]["step"]
+            ys = _mean_curve(by[m], lambda r: r["curve"][key])
+            if base is not None:  # step 0: the starting model on the curve's problems and samples
+                pk = base["final"]["per_problem_correct"][:N_CURVE_PROBLEMS]
+                from trl_entropy.metrics import pass_at_k
+
+                k = int(key.split("@")[1])
+                steps, ys = [0] + steps, [statistics.fmean(pass_at_k(N_FINAL_SAMPLES, c, k) for c in pk)] + ys
+            ax.plot(steps, ys, marker="o", ms=3, label=LABELS[m], **styles[m])
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(f"held-out {key}")
+        ax.set_title(f"Held-out {key} during training (mean over seeds)")
+    axes[0, 0].legend(fontsize=8)
+    written.append(save_figure(fig, os.path.join(out_dir, "payoff_curves.png")))
+
+    # 3. entropy, and where it sits
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    for m in [x for x in present if x in PRIMARY]:
+        ys = _mean_curve(by[m], lambda r: [h if h is not None else math.nan for h in r["entropy"]])
+        axes[0, 0].plot(range(1, len(ys) + 1), ys, lw=1, label=LABELS[m], **styles[m])
+        d = _mean_curve(by[m], lambda r: r["distinct_answers"])
+        axes[0, 1].plot([4 * (i + 1) for i in range(len(d))], d, lw=1, label=LABELS[m], **styles[m])
+    axes[0, 0].set_xlabel("optimizer step")
+    axes[0, 0].set_ylabel("entropy (nats / token)")
+    axes[0, 0].set_title("Training entropy (mean over seeds)")
+    axes[0, 1].set_xlabel("optimizer step")
+    axes[0, 1].set_ylabel("distinct answers in a group of 8")
+    axes[0, 1].set_title("Answer diversity per prompt (training rollouts)")
+    axes[0, 0].legend(fontsize=8)
+    written.append(save_figure(fig, os.path.join(out_dir, "payoff_entropy.png")))
+    return written
+
+
+def cmd_figures(args):
+    for path in figures(_load(args.results), args.out_dir):
+        print("wrote", path)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -281,6 +385,11 @@ def main(argv=None):
     s = sub.add_parser("summary")
     s.add_argument("--results", default=RESULTS)
     s.set_defaults(func=cmd_summary)
+    f = sub.add_parser("figures")
+    f.add_argument("--results", default=RESULTS)
+    f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                     "docs", "img"))
+    f.set_defaults(func=cmd_figures)
     args = p.parse_args(argv)
     args.func(args)
 
