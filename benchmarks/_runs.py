@@ -235,13 +235,11 @@ def window_mean(values, center: int, half: int = 5) -> float:
 
 
 def moving_average(values, window: int = 10) -> list:
-    """Trailing moving average (the first ``window - 1`` points average what exists so far)."""
-    out, acc = [], []
-    for v in values:
-        acc.append(v)
-        tail = [x for x in acc[-window:] if x is not None]
-        out.append(sum(tail) / len(tail) if tail else None)
-    return out
+    """Trailing moving average (the first ``window - 1`` points average what exists so far): the package's
+    :func:`trl_entropy.metrics.moving_average`, on which the tracking error is defined."""
+    from trl_entropy.metrics import moving_average as package_moving_average
+
+    return package_moving_average(values, window)
 
 
 def mean_sd(values, digits: int = 3) -> str:

@@ -45,6 +45,7 @@ import math
 import random
 import statistics
 
+from trl_entropy.metrics import tracking_error as package_tracking_error
 from trl_entropy.scheduling import EntropyBonusController
 
 H0, STEPS = 0.954, 100
@@ -61,14 +62,9 @@ def target(step: int, kind: str) -> float:
     return H0 * (1 - 0.5 * (step - start) / (STEPS - start))
 
 
-def moving_average(xs, window=10):
-    return [statistics.mean(xs[max(0, i - window + 1):i + 1]) for i in range(len(xs))]
-
-
 def tracking_error(measured, targets):
-    m, t = moving_average(measured), moving_average(targets)
-    skip = int(0.2 * len(m))
-    return statistics.mean(abs(a - b) / b for a, b in zip(m[skip:], t[skip:]))
+    """The tracking benchmark's metric (MA10 relative error after the first 20% of the steps)."""
+    return package_tracking_error(measured, targets)
 
 
 def observe(controller, goal, reading, entropy, shared, rng, measurement):

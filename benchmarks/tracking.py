@@ -80,11 +80,11 @@ def settling_step(errors, window=10, tolerance=0.10):
 
 
 def smoothed_error(measured, target, window=10, skip_fraction=0.2):
-    """Mean over the steps after the first ``skip_fraction`` of |MA(measured) − MA(target)| / MA(target)."""
-    m, t = moving_average(measured, window), moving_average(target, window)
-    errs = [abs(a - b) / b for a, b in zip(m, t) if a is not None and b is not None and b > 0]
-    tail = errs[int(len(errs) * skip_fraction):]
-    return sum(tail) / len(tail) if tail else float("nan")
+    """Mean over the steps after the first ``skip_fraction`` of |MA(measured) − MA(target)| / MA(target): the
+    package's :func:`trl_entropy.metrics.tracking_error`, the one definition the demo and the model card report."""
+    from trl_entropy.metrics import tracking_error
+
+    return tracking_error(measured, target, window=window, skip_fraction=skip_fraction)
 
 
 def overshoot(measured, target, window=10, skip_fraction=0.2):
