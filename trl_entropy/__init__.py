@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # The public names load on first access (PEP 562), so that `import trl_entropy.cli` (and `trl-entropy --help`) does
 # not pull in torch, transformers and TRL. `from trl_entropy import GRPOEntropyConfig` works as before.

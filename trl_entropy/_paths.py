@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["check_model_path", "looks_like_path"]
+__all__ = ["check_model_path", "is_hub_model_id", "looks_like_path"]
 
 # A Hub repo id (huggingface_hub's rule): 'name' or 'namespace/name' of letters, digits, '_', '-' and '.', each part
 # neither starting nor ending with '-' or '.', and no '--' or '..'
@@ -23,8 +23,12 @@ def _separators() -> tuple[str, ...]:
     return tuple(s for s in {"/", os.sep, os.altsep} if s)
 
 
-def _is_hub_id(name: str) -> bool:
-    return bool(_HUB_ID.match(name)) and ".." not in name and "--" not in name and len(name.split("/")[-1]) <= 96
+def is_hub_model_id(name) -> bool:
+    """Whether ``name`` reads as a Hub model id (``"name"`` or ``"owner/name"``, huggingface_hub's rule), not as a
+    local path: the package's one Hub-id check (the config, the model card and the path checks use it)."""
+    return (isinstance(name, str) and bool(_HUB_ID.match(name)) and ".." not in name and "--" not in name
+            and len(name.split("/")[-1]) <= 96)
+
 
 
 def looks_like_path(name: str) -> bool:
@@ -41,7 +45,7 @@ def looks_like_path(name: str) -> bool:
         return True
     if not any(s in name for s in separators):
         return False
-    if not _is_hub_id(name.replace(os.sep, "/")):
+    if not is_hub_model_id(name.replace(os.sep, "/")):
         return True
     first = re.split("|".join(re.escape(s) for s in separators), name, maxsplit=1)[0]
     return os.path.isdir(first)
@@ -86,7 +90,7 @@ def check_model_path(model, flag: str | None = None):
     if os.path.exists(path):
         raise NotADirectoryError(f"{where}{name} is a file, not a folder: give the folder that holds the model's "
                                  "config.json and weights.")
-    hub_shaped = _is_hub_id(name)
+    hub_shaped = is_hub_model_id(name)
     if hub_shaped and _in_hub_cache(name):
         return model
     shown = name if os.path.abspath(path) == name else f"{name} ({os.path.abspath(path)})"

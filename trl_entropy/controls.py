@@ -51,7 +51,8 @@ from .losses.covariance import (
     token_covariance,
     wide_float_dtype,
 )
-from .losses.policy_loss import TokenHooks
+from .citations import BIBTEX
+from .losses.policy_loss import SUPPORTED_LOSS_TYPES, TokenHooks
 from .losses.reweighting import positive_reweight_progression
 from .scheduling.controllers import (
     AdaptiveClipController,
@@ -131,7 +132,7 @@ class EntropyControl:
     * ``card_text``: one paragraph for the model card's method section (default: the first paragraph of the class
       docstring).
     * ``config_prefixes``: prefixes of the config fields the model card lists as the method's parameters.
-    * ``citations``: BibTeX keys, each in :data:`trl_entropy.model_card.BIBTEX` or in the class's own ``bibtex``
+    * ``citations``: BibTeX keys, each in :data:`trl_entropy.citations.BIBTEX` or in the class's own ``bibtex``
       dict (key -> BibTeX entry), cited on the model card.
 
     A control may check its own config fields in the classmethod :meth:`validate`, called by ``GRPOEntropyConfig``
@@ -150,7 +151,7 @@ class EntropyControl:
     uses_trl_adaptive_entropy: bool = False  # the control is TRL's use_adaptive_entropy (set by the config)
     card_text: str = ""  # one paragraph for the model card ("" = the class docstring's first paragraph)
     config_prefixes: tuple[str, ...] = ()  # config fields listed on the model card
-    citations: tuple[str, ...] = ()  # keys of trl_entropy.model_card.BIBTEX or of `bibtex`
+    citations: tuple[str, ...] = ()  # keys of trl_entropy.citations.BIBTEX or of `bibtex`
     bibtex: dict[str, str] = {}  # a control's own BibTeX entries, by key (never mutated)
 
     def __init__(self, args):
@@ -267,11 +268,9 @@ def _check_declaration(name: str, cls) -> None:
             raise TypeError(f"{where}: {attr} must be a tuple of strings (e.g. ('my_prefix_',)), got {value!r}.")
     if not isinstance(cls.bibtex, dict) or not all(isinstance(v, str) for v in cls.bibtex.values()):
         raise TypeError(f"{where}: bibtex must be a dict of BibTeX entries (key -> string), got {cls.bibtex!r}.")
-    from .model_card import BIBTEX
-
     unknown = [c for c in cls.citations if c not in BIBTEX and c not in cls.bibtex]
     if unknown:
-        raise ValueError(f"{where}: citation key(s) {unknown} are neither in trl_entropy.model_card.BIBTEX "
+        raise ValueError(f"{where}: citation key(s) {unknown} are neither in trl_entropy.citations.BIBTEX "
                          f"({sorted(BIBTEX)}) nor in the class's bibtex dict; add the entries there.")
 
 
@@ -364,12 +363,10 @@ class AdaptiveClipControl(ControllerControl):
 
     @classmethod
     def validate(cls, args):
-        from .trainers.grpo_entropy_config import CLIPPED_LOSS_TYPES
-
-        if args.loss_type not in CLIPPED_LOSS_TYPES:
+        if args.loss_type not in SUPPORTED_LOSS_TYPES:
             raise ValueError(
                 f"entropy_control='adaptive_clip' moves the clip-higher bound, which loss_type={args.loss_type!r} "
-                f"does not use in the same way; loss_type must be one of {list(CLIPPED_LOSS_TYPES)}."
+                f"does not use in the same way; loss_type must be one of {list(SUPPORTED_LOSS_TYPES)}."
             )
         initial = args.epsilon_high if args.epsilon_high is not None else args.epsilon
         if not (args.adaptive_clip_min <= initial <= args.adaptive_clip_max):

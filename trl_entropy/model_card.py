@@ -14,65 +14,14 @@ import statistics
 from collections.abc import Mapping
 from importlib import resources
 
+from ._paths import is_hub_model_id
 from ._trl_private import model_name_or_path
+from .citations import BIBTEX
 from .metrics import TRACKING_ERROR_DEFINITION, tracking_error
 
 __all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "method_info",
            "METHOD_INFO", "BIBTEX"]
 
-BIBTEX = {
-    "wang2026": """@inproceedings{wang-etal-2026-entropy,
-  title     = {Entropy Scheduling in Reinforcement Learning for Large Language Models},
-  author    = {Wang, Xingjin and Tissue, Howe and Wang, Lu and Li, Linjing and Zeng, Daniel Dajun},
-  booktitle = {Findings of the Association for Computational Linguistics: ACL 2026},
-  year      = {2026},
-  url       = {https://aclanthology.org/2026.findings-acl.206/}
-}""",
-    "cui2025": """@article{cui2025entropy,
-  title   = {The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models},
-  author  = {Cui, Ganqu and others},
-  journal = {arXiv preprint arXiv:2505.22617},
-  year    = {2025}
-}""",
-    "li2026": """@article{li2026entrocraft,
-  title   = {Addressing Performance Saturation for LLM RL via Precise Entropy Curve Control},
-  author  = {Li, Bolian and Wang, Yifan and Ding, Yi and Lochab, Anamika and Grama, Ananth and Zhang, Ruqi},
-  journal = {arXiv preprint arXiv:2604.26326},
-  year    = {2026}
-}""",
-    "jin2025": """@article{jin2025revisiting,
-  title   = {Revisiting Entropy in Reinforcement Learning for Large Reasoning Models},
-  author  = {Jin, Renren and Gao, Pengzhi and Ren, Yuqi and Han, Zhuowen and Zhang, Tongxuan and Huang, Wuwei and
-             Liu, Wei and Luan, Jian and Xiong, Deyi},
-  journal = {arXiv preprint arXiv:2511.05993},
-  year    = {2025}
-}""",
-    "zhu2025": """@article{zhu2025negative,
-  title   = {The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning},
-  author  = {Zhu, Xinyu and others},
-  journal = {arXiv preprint arXiv:2506.01347},
-  year    = {2025}
-}""",
-    "yang2025": """@article{yang2025entropic,
-  title   = {EntroPIC: entropy stabilization with proportional-integral control},
-  author  = {Yang and others},
-  journal = {arXiv preprint arXiv:2511.15248},
-  year    = {2025}
-}""",
-    "he2025": """@article{he2025skywork,
-  title   = {Skywork Open Reasoner 1 Technical Report},
-  author  = {He, Jujie and Liu, Jiacai and Liu, Chris Yuhao and others},
-  journal = {arXiv preprint arXiv:2505.22312},
-  year    = {2025}
-}""",
-    "trl": """@software{vonwerra2020trl,
-  title  = {TRL: Transformer Reinforcement Learning},
-  author = {von Werra, Leandro and Belkada, Younes and Tunstall, Lewis and Beeching, Edward and Thrush, Tristan and
-            Lambert, Nathan and Huang, Shengyi and Rasul, Kashif and Gallou{\\'e}dec, Quentin},
-  url    = {https://github.com/huggingface/trl},
-  year   = {2020}
-}""",
-}
 
 NO_CONTROL_INFO = ("plain GRPO (no entropy control).", (), ())
 
@@ -255,7 +204,7 @@ def _schedule_text(args, initial_entropy: float | None = None) -> str:
 
 def _resolved(value, initial_entropy):
     if isinstance(value, str):
-        from .trainers.grpo_entropy_config import parse_entropy_value
+        from .scheduling.schedules import parse_entropy_value
 
         fraction = parse_entropy_value(value)[1]
         return value if initial_entropy is None else fraction * initial_entropy
@@ -281,16 +230,8 @@ def _history_values(history, key):
     return [h[key] for h in history if key in h and isinstance(h[key], (int, float)) and math.isfinite(h[key])]
 
 
-# Names the Hub accepts as a model id: "name" or "owner/name" (letters, digits, "-", "_", "."; no "--" or "..").
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 # A snapshot folder of the Hugging Face cache: .../models--owner--name/snapshots/<revision>
 _CACHE_SNAPSHOT = re.compile(r"models--(?P<repo>[^/\\]+)[/\\]snapshots[/\\][^/\\]+[/\\]?$")
-
-
-def is_hub_model_id(name) -> bool:
-    """Whether ``name`` reads as a Hub model id (``"owner/name"`` or ``"name"``), not as a local path."""
-    return (isinstance(name, str) and len(name) <= 96 and _HUB_ID.fullmatch(name) is not None
-            and "--" not in name and ".." not in name)
 
 
 def _adapter_config(model):
@@ -465,7 +406,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
     """The model card of ``trainer``'s run as Markdown (``picture``: a file in ``output_dir`` to embed, if present)."""
     import trl
 
-    from . import __version__
+    from ._version import __version__
     from .urls import project_urls
 
     args = trainer.args

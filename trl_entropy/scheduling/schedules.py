@@ -37,7 +37,49 @@ __all__ = [
     "schedule_label",
     "SCHEDULES",
     "CALLABLE_SCHEDULE_PREFIX",
+    "INITIAL",
+    "parse_entropy_value",
 ]
+
+INITIAL = "initial"  # a schedule start/end relative to the starting model's measured entropy
+
+
+def parse_entropy_value(value) -> tuple[str, float] | None:
+    """A schedule start/end as ``("nats", x)`` or ``("initial", fraction)``; ``None`` for ``None``.
+
+    Accepted: a number of nats (or its text, as the command line gives it), ``"initial"`` (the starting model's
+    measured entropy) and ``"<fraction>*initial"`` / ``"initial*<fraction>"`` (e.g. ``"0.5*initial"``). Raises a
+    ``ValueError`` for anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return ("nats", float(value))
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        if text == INITIAL:
+            return (INITIAL, 1.0)
+        parts = text.split("*")
+        if len(parts) == 2 and INITIAL in parts:
+            other = parts[1] if parts[0] == INITIAL else parts[0]
+            try:
+                fraction = float(other)
+            except ValueError:
+                fraction = None
+            if fraction is not None and math.isfinite(fraction) and fraction >= 0:
+                return (INITIAL, fraction)
+        else:
+            try:
+                number = float(text)
+            except ValueError:
+                number = None
+            if number is not None and math.isfinite(number):
+                return ("nats", number)
+    raise ValueError(
+        f"must be a number of nats >= 0, 'initial' (the starting model's entropy, measured on the first generation "
+        f"batch) or a fraction of it such as '0.5*initial'; got {value!r}."
+    )
+
 
 # How a callable `entropy_schedule` appears where the callable itself cannot be stored (`training_args.bin` in
 # checkpoints, `to_dict()`/`to_json_string()` for loggers): this prefix and `schedule_label(fn)`.

@@ -13,8 +13,10 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from ..scheduling.controllers import EntropyBonusController
-from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
+from .._paths import is_hub_model_id
+from ..losses.policy_loss import SUPPORTED_LOSS_TYPES
+from ..scheduling.bonus import EntropyBonusController
+from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, INITIAL, parse_entropy_value, schedule_label
 
 __all__ = [
     "GRPOEntropyConfig",
@@ -90,7 +92,8 @@ POSITIVE_REWEIGHT_SCHEDULES = ("entropy", "stage", "epoch")
 SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
 # Loss types whose surrogate is the clipped ratio min(r A, clip(r, 1-eps_low, 1+eps_high) A), where epsilon_high is
 # the clip-higher bound. CISPO reads epsilon_high as a cap on the ratio itself; SAPO and VESPO ignore it.
-CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+# One list with the losses module's (policy_loss.SUPPORTED_LOSS_TYPES).
+CLIPPED_LOSS_TYPES = SUPPORTED_LOSS_TYPES
 
 
 def _is_bool_annotation(annotation) -> bool:
@@ -115,46 +118,6 @@ def _bool_field_names(cls) -> tuple[str, ...]:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-INITIAL = "initial"
-
-
-def parse_entropy_value(value) -> tuple[str, float] | None:
-    """A schedule start/end as ``("nats", x)`` or ``("initial", fraction)``; ``None`` for ``None``.
-
-    Accepted: a number of nats (or its text, as the command line gives it), ``"initial"`` (the starting model's
-    measured entropy) and ``"<fraction>*initial"`` / ``"initial*<fraction>"`` (e.g. ``"0.5*initial"``). Raises a
-    ``ValueError`` for anything else.
-    """
-    if value is None:
-        return None
-    if _is_number(value):
-        return ("nats", float(value))
-    if isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        if text == INITIAL:
-            return (INITIAL, 1.0)
-        parts = text.split("*")
-        if len(parts) == 2 and INITIAL in parts:
-            other = parts[1] if parts[0] == INITIAL else parts[0]
-            try:
-                fraction = float(other)
-            except ValueError:
-                fraction = None
-            if fraction is not None and math.isfinite(fraction) and fraction >= 0:
-                return (INITIAL, fraction)
-        else:
-            try:
-                number = float(text)
-            except ValueError:
-                number = None
-            if number is not None and math.isfinite(number):
-                return ("nats", number)
-    raise ValueError(
-        f"must be a number of nats >= 0, 'initial' (the starting model's entropy, measured on the first generation "
-        f"batch) or a fraction of it such as '0.5*initial'; got {value!r}."
-    )
 
 
 def check_schedule_arity(fn) -> None:
@@ -869,8 +832,6 @@ class GRPOEntropyConfig(GRPOConfig):
                 and control_cls.follows_target_for(self))
 
     def _validate_model_card_fields(self) -> None:
-        from ..model_card import is_hub_model_id
-
         if self.model_card_base_model is not None and not is_hub_model_id(self.model_card_base_model):
             raise ValueError(
                 "model_card_base_model must be a Hugging Face Hub model id such as 'owner/name' (letters, digits, "

@@ -1,0 +1,141 @@
+"""The package's own import graph, drawn from its source (ast, every import statement, those inside functions too):
+no circles, nothing imports the package's root, and the lower layers (schedules and controllers, losses, the leaves)
+import nothing from the layers above them. And the facts there is one of: one list of loss types, one Hub-id check,
+one version."""
+
+import ast
+import importlib.metadata
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "trl_entropy")
+PACKAGE = "trl_entropy"
+# Top-level parts of the package that sit below the controls, the config, the trainer and the model card: they may
+# import one another, never anything above.
+LOWER = {"scheduling", "losses", "metrics", "_trl_private", "_paths", "citations", "_version", "urls"}
+
+
+def _module_name(path: str) -> str:
+    name = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+
+
+def _modules() -> dict[str, str]:
+    out = {}
+    for folder, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py"):
+                out[_module_name(os.path.join(folder, f))] = os.path.join(folder, f)
+    return out
+
+
+def _targets(module: str, is_package: bool, node, modules) -> list[str]:
+    """The package's modules an import statement loads (``from .x import y`` names ``x.y`` where that is a module)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names if a.name.split(".")[0] == PACKAGE]
+    else:
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        if source.split(".")[0] != PACKAGE:
+            return []
+        names = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
+    out = []
+    for name in names:
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        out.append(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {m: set() for m in modules}
+    for module, path in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[module].update(t for t in _targets(module, path.endswith("__init__.py"), node, modules)
+                                     if t != module)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports as a list of modules (first repeated at the end), or None. Importing a submodule runs
+    its parent packages' ``__init__`` first, but that is not an edge: a package importing its own submodules is how
+    packages are built, so only the edges written in the source count."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_the_finder_sees_a_circle_and_a_lazy_import():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    graph = import_graph()
+    # model_card imports the schedules' parser inside a function: still an edge
+    assert "trl_entropy.scheduling.schedules" in graph["trl_entropy.model_card"]
+    assert "trl_entropy.controls" in graph["trl_entropy.trainers.grpo_entropy_config"]
+
+
+def test_the_package_has_no_import_circle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_nothing_imports_the_package_root():
+    """The root (``trl_entropy/__init__.py``) re-exports the public names; a module that imports it runs back up
+    to the top of the package."""
+    graph = import_graph()
+    assert [m for m, targets in graph.items() if PACKAGE in targets and m != PACKAGE] == []
+
+
+def test_the_lower_layers_import_nothing_above_them():
+    graph = import_graph()
+    up = {m: sorted(t for t in targets if t.split(".")[1] not in LOWER)
+          for m, targets in graph.items() if m != PACKAGE and m.split(".")[1] in LOWER}
+    assert {m: t for m, t in up.items() if t} == {}
+
+
+@pytest.mark.parametrize("leaf", ["trl_entropy.citations", "trl_entropy._version", "trl_entropy._paths"])
+def test_the_leaves_import_nothing_of_the_package(leaf):
+    assert import_graph()[leaf] == set()
+
+
+def test_one_list_of_loss_types_one_hub_id_check_one_version():
+    from trl_entropy import __version__, model_card
+    from trl_entropy._paths import is_hub_model_id
+    from trl_entropy.losses.policy_loss import SUPPORTED_LOSS_TYPES
+    from trl_entropy.trainers.grpo_entropy_config import CLIPPED_LOSS_TYPES
+
+    assert CLIPPED_LOSS_TYPES is SUPPORTED_LOSS_TYPES
+    assert model_card.is_hub_model_id is is_hub_model_id
+    assert __version__ == importlib.metadata.version("trl-entropy")
+    for name, ok in (("owner/name", True), ("gpt2", True), ("a--b/c", False), ("./x", False), ("a/b/c", False),
+                     ("-x", False), ("x" * 97, False), (None, False)):
+        assert is_hub_model_id(name) is ok, name
