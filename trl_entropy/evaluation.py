@@ -128,7 +128,7 @@ class PassAtKCallback(TrainerCallback):
         acc = trainer.accelerator
         rank, world = acc.process_index, acc.num_processes
         mine = self.problems[rank::world]
-        counts = self._correct_counts(mine) if mine else []
+        counts = self._correct_counts(mine)  # also with no problem here: the other ranks may need this one's part
         sums = [sum(c / self.n for c in counts)] + [sum(pass_at_k(self.n, c, k) for c in counts) for k in self.ks]
         local = torch.tensor(sums + [float(len(counts))], dtype=wide_float_dtype(acc.device), device=acc.device)
         totals = acc.reduce(local, "sum")
@@ -140,36 +140,56 @@ class PassAtKCallback(TrainerCallback):
         return results
 
     def _correct_counts(self, problems: list[dict]) -> list[int]:
+        from .engines import generation_model
+
         trainer = self.trainer
         tok = trainer.processing_class
-        model = trainer.accelerator.unwrap_model(trainer.model)
         max_new = self.max_new_tokens or trainer.args.max_completion_length
-        conversational = isinstance(problems[0]["prompt"], list)
-        texts = [tok.apply_chat_template(p["prompt"], tokenize=False, add_generation_prompt=True) if conversational
-                 else p["prompt"] for p in problems]
+        conversational = isinstance(self.problems[0]["prompt"], list)
+
+        def text(p):
+            return (tok.apply_chat_template(p["prompt"], tokenize=False, add_generation_prompt=True) if conversational
+                    else p["prompt"])
+
+        texts = [text(p) for p in problems]
         expanded = [i for i in range(len(problems)) for _ in range(self.n)]
+        # Under sharded weights (generation_model's `synced`) every rank runs as many generate() calls as rank 0, which
+        # holds the most problems (the strided split): a rank with fewer runs throw-away batches on a problem's prompt.
+        world = trainer.accelerator.num_processes
+        most = -(-len(self.problems[0::world]) * self.n // self.batch_size)
         completions: list[str] = []
         completion_ids: list[list[int]] = []
-        was_training = model.training
-        model.eval()
-        device = next(model.parameters()).device
-        try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(self.seed)
-                for start in range(0, len(expanded), self.batch_size):
-                    batch = [texts[i] for i in expanded[start : start + self.batch_size]]
-                    enc = tok(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-                    enc = {k: v.to(device) for k, v in enc.items()}
-                    out = model.generate(**enc, do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0,
-                                         max_new_tokens=max_new, pad_token_id=tok.pad_token_id,
-                                         eos_token_id=tok.eos_token_id)
-                    for row in out[:, enc["input_ids"].shape[1]:].tolist():
-                        if tok.eos_token_id in row:
-                            row = row[: row.index(tok.eos_token_id) + 1]
-                        completion_ids.append(row)
-                        completions.append(tok.decode(row, skip_special_tokens=True))
-        finally:
-            model.train(was_training)
+        with generation_model(trainer) as (model, synced):
+            calls = most if synced else -(-len(expanded) // self.batch_size)
+            was_training = model.training
+            model.eval()
+            device = next(model.parameters()).device
+            try:
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                    torch.manual_seed(self.seed)
+                    for call in range(calls):
+                        start = call * self.batch_size
+                        batch = [texts[i] for i in expanded[start : start + self.batch_size]]
+                        keep = len(batch)
+                        if not batch:  # a throw-away call, only for the other ranks' collectives
+                            batch = [text(self.problems[0])]
+                        enc = tok(batch, return_tensors="pt", padding=True, padding_side="left",
+                                  add_special_tokens=False)
+                        enc = {k: v.to(device) for k, v in enc.items()}
+                        # synced_gpus explicitly: transformers turns it on by itself under ZeRO-3, also where the
+                        # weights are gathered and the ranks run different numbers of calls (a collective mismatch)
+                        out = model.generate(**enc, do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0,
+                                             max_new_tokens=max_new, pad_token_id=tok.pad_token_id,
+                                             eos_token_id=tok.eos_token_id, synced_gpus=synced)
+                        for row in out[:keep, enc["input_ids"].shape[1]:].tolist():
+                            if tok.eos_token_id in row:
+                                row = row[: row.index(tok.eos_token_id) + 1]
+                            completion_ids.append(row)
+                            completions.append(tok.decode(row, skip_special_tokens=True))
+            finally:
+                model.train(was_training)
+        if not problems:
+            return []
         rewards = self._score(problems, expanded, completions, completion_ids)
         counts = [0] * len(problems)
         for i, r in zip(expanded, rewards):

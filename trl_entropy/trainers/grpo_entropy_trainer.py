@@ -53,6 +53,7 @@ from .._trl_private import (
     output_dir_for_checkpoint,
 )
 from ..controls import RolloutContext, TokenBatch, build_control
+from ..engines import warn_if_engine_dropped
 from ..evaluation import EntropyPlotCallback, write_training_plots
 from ..losses.covariance import wide_float_dtype
 from ..losses.policy_loss import (
@@ -111,7 +112,9 @@ def _resolve_entropy_value(value, initial: float | None) -> float | None:
 def _max_entropy(model) -> float | None:
     """log(vocabulary size): the largest per-token entropy the model's output distribution can have."""
     try:
-        size = model.get_output_embeddings().weight.shape[0]
+        weight = model.get_output_embeddings().weight
+        # under DeepSpeed ZeRO-3 the local tensor is this rank's partition (often empty); ds_shape is the full shape
+        size = tuple(getattr(weight, "ds_shape", None) or weight.shape)[0]
     except Exception:  # a model without output embeddings we can read: no check
         size = getattr(getattr(model, "config", None), "vocab_size", None)
     return math.log(size) if isinstance(size, int) and size > 1 else None
@@ -224,6 +227,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                   if cpu_colocate else contextlib.nullcontext())
         with engine:
             super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        warn_if_engine_dropped(self.accelerator, args)  # e.g. an FSDP config with use_cpu: true runs plain DDP
         if cpu_colocate:
             vllm_cpu.patch_colocate_weight_sync(self)  # TRL's sync fails on vLLM's CPU backend
         if self.use_vllm:
