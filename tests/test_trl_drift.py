@@ -35,6 +35,7 @@ import ast
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -861,9 +862,18 @@ def test_our_instance_attributes_do_not_shadow_trl():
         _fail("GRPOEntropyTrainer's attributes clash with TRL's", problems)
 
 
+def _call_name(node) -> str | None:
+    """``f`` for a call ``f(...)`` or ``x.f(...)``."""
+    if not isinstance(node, ast.Call):
+        return None
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
 def _private_names_touched(tree) -> list[tuple[str, ast.AST]]:
     """``(name, node)`` for every private name (not dunder, not _ec_) read or written on an object in ``tree``:
-    ``x._name`` (also ``super()._name``), and ``getattr``/``hasattr``/``setattr``/``delattr(x, "_name")``."""
+    ``x._name`` (also ``super()._name``), ``getattr``/``hasattr``/``setattr``/``delattr(x, "_name")`` and
+    ``require(x, "_name", owner)`` (``_trl_private.require``, a getattr that names what is missing)."""
     out = []
     for node in ast.walk(tree):
         names = []
@@ -872,6 +882,8 @@ def _private_names_touched(tree) -> list[tuple[str, ast.AST]]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
             if node.func.id in ("getattr", "hasattr", "setattr", "delattr"):
                 names = _str_constants(node.args[1])
+        if _call_name(node) == "require" and len(node.args) >= 2:
+            names = _str_constants(node.args[1])
         for n in names:
             if n.startswith("_") and not n.startswith("_ec_") and not (n.startswith("__") and n.endswith("__")):
                 out.append((n, node))
@@ -983,6 +995,140 @@ def test_accessors_touch_what_they_declare():
         problems.append(f"{LISTS} ACCESSORS names {name}, which its __all__ does not export.")
     if problems:
         _fail("The accessors of _trl_private and their table disagree", problems)
+
+
+def _require_calls(tree) -> list[tuple[str, str, ast.Call]]:
+    """``(name, owner source text, node)`` of every ``require(obj, "name", owner)`` call in ``tree``."""
+    out = []
+    for node in ast.walk(tree):
+        if _call_name(node) == "require" and len(node.args) >= 3:
+            for name in _str_constants(node.args[1]) or ["<not a constant>"]:
+                out.append((name, ast.unparse(node.args[2]), node))
+    return out
+
+
+def _names_trl(owner_text: str) -> bool:
+    return any(w in owner_text for w in ("trl", "GRPOTrainer", "VLLMGeneration", "TRL_VLLM_MODULE"))
+
+
+def test_trl_vllm_internals_are_required_only_in_trl_private_and_all_listed():
+    """Every ``require(obj, "name", owner)`` of a TRL owner sits in _trl_private.py and names a name of its
+    TRL_VLLM_INTERNALS; the private ones of those names are touched nowhere else either; every listed name is
+    required there. (vLLM's own internals, required in vllm_cpu.py, are vLLM's: tests/test_vllm_cpu.py.)"""
+    listed = {name for _, name, _ in _trl_private.TRL_VLLM_INTERNALS}
+    private = {n for n in listed if n.startswith("_")}
+    problems, required_here = [], set()
+    for rel, tree in _package_files():
+        for name, owner, node in _require_calls(tree):
+            if rel == LISTS:
+                required_here.add(name)
+                if name not in listed:
+                    problems.append(f"{rel}:{node.lineno} requires {name!r}, which TRL_VLLM_INTERNALS does not list.")
+            elif _names_trl(owner):
+                problems.append(f"{rel}:{node.lineno} requires TRL's {owner}.{name} itself: go through an accessor of "
+                                f"{LISTS} (and list the name in its TRL_VLLM_INTERNALS).")
+        if rel != LISTS:
+            problems += [f"{rel}:{node.lineno} touches TRL's private {name} (TRL_VLLM_INTERNALS) outside {LISTS}."
+                         for name, node in _private_names_touched(tree) if name in private]
+    problems += [f"{LISTS} TRL_VLLM_INTERNALS lists {name}, which no require() of it reaches."
+                 for name in sorted(listed - required_here)]
+    if problems:
+        _fail("TRL's vLLM internals leak out of _trl_private or are unlisted", problems)
+
+
+def test_trl_vllm_internals_still_exist():
+    """The module's and the class's names exist (TRL imports vLLM's ``LLM`` only with vLLM installed), and the instances'
+    are still set by TRL's ``__init__``s."""
+    missing = _trl_private.missing_trl_vllm_internals()
+    if importlib.util.find_spec("vllm") is None:
+        missing = [m for m in missing if m != f"{_trl_private.TRL_VLLM_MODULE}.LLM"]
+    module = _trl_private.trl_vllm_module()
+    sets = {
+        "VLLMGeneration instance": self_assigned_attributes(_source(module.VLLMGeneration)),
+        "GRPOTrainer instance": self_assigned_attributes(_source(GRPOTrainer.__init__)),
+    }
+    missing += [f"{owner}.{name} (no `self.{name} = ...` in TRL's class)"
+                for owner, name, _ in _trl_private.TRL_VLLM_INTERNALS if owner in sets and name not in sets[owner]]
+    if missing:
+        _fail("TRL's vLLM backend lost names the CPU weight sync needs", missing)
+
+
+def _exported(module: str, name: str) -> bool:
+    """Whether TRL exports ``name`` from ``module``: its ``__all__`` names it (TRL's lazy top level included), or it
+    is a public submodule."""
+    mod = importlib.import_module(module)
+    if name in (getattr(mod, "__all__", None) or ()):
+        return True
+    return (not name.startswith("_") and hasattr(mod, "__path__")
+            and importlib.util.find_spec(f"{module}.{name}") is not None)
+
+
+def _trl_imports(tree) -> list[tuple[str, str, int]]:
+    """``(module, name, line)`` of every ``from trl... import name`` in ``tree``."""
+    return [(node.module, a.name, node.lineno) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module
+            and node.module.split(".")[0] == "trl" for a in node.names]
+
+
+def test_imports_of_trl_names_are_exported_or_fenced():
+    """A TRL name the package imports is one TRL exports, or it is imported in _trl_private.py only and listed in its
+    UNEXPORTED_TRL_IMPORTS (e.g. ``is_async_callable``, ``nanmax``, ``nanmin`` from ``trl.trainer.utils``, which has
+    no ``__all__``). Every listed one still exists, is really unexported, and is imported there."""
+    listed = set(_trl_private.UNEXPORTED_TRL_IMPORTS)
+    problems, fenced = [], set()
+    for rel, tree in _package_files():
+        for module, name, line in _trl_imports(tree):
+            if _exported(module, name):
+                continue
+            if rel == LISTS and (module, name) in listed:
+                fenced.add((module, name))
+                continue
+            problems.append(f"{rel}:{line} imports {name} from {module}, which TRL does not export: import it in "
+                            f"{LISTS} and list it in UNEXPORTED_TRL_IMPORTS.")
+    for module, name in sorted(listed):
+        if not hasattr(importlib.import_module(module), name):
+            problems.append(f"{module}.{name} (UNEXPORTED_TRL_IMPORTS) no longer exists in TRL: find what replaced it.")
+        elif _exported(module, name):
+            problems.append(f"{module}.{name} is exported now: import it where it is used, and drop it from the list.")
+        elif (module, name) not in fenced:
+            problems.append(f"{LISTS} lists {module}.{name} in UNEXPORTED_TRL_IMPORTS but does not import it.")
+    if problems:
+        _fail("TRL names imported without TRL exporting them", problems)
+
+
+def test_the_finders_see_what_they_look_for():
+    tree = ast.parse("from trl.trainer.utils import nanmax\nrequire(gen, '_iter_named_params', 'trl VLLMGeneration')")
+    assert _trl_imports(tree) == [("trl.trainer.utils", "nanmax", 1)]
+    assert not _exported("trl.trainer.utils", "nanmax") and _exported("trl", "GRPOTrainer")
+    assert [(n, o) for n, o, _ in _require_calls(tree)] == [("_iter_named_params", "'trl VLLMGeneration'")]
+    assert [n for n, _ in _private_names_touched(tree)] == ["_iter_named_params"]
+
+
+def test_the_trl_log_text_we_filter_is_still_logged_by_trl():
+    """trainers/faults.py hides TRL's warning for rows no reward function scored by matching its text
+    (``_trl_private.TRL_ALL_NONE_WARNING``) on the logger of GRPOTrainer's module. Reworded, or moved to another
+    logger, the filter would let it through silently: TRL must still log that text with ``logger.warning`` in
+    ``GRPOTrainer._calculate_rewards``, on that logger."""
+    import logging
+
+    text = _trl_private.TRL_ALL_NONE_WARNING
+    func = ast.parse(_source(GRPOTrainer._calculate_rewards))
+    found = False
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warning"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "logger"):
+            pieces = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            found = found or any(p.startswith(text) for p in pieces)
+    problems = [] if found else [f"GRPOTrainer._calculate_rewards no longer calls logger.warning with a text starting "
+                                 f"{text!r}: update TRL_ALL_NONE_WARNING in {LISTS} (and trainers/faults.py's filter)."]
+    module = sys.modules[GRPOTrainer._calculate_rewards.__module__]
+    logger = getattr(module, "logger", None)
+    logger = getattr(logger, "logger", logger)  # accelerate's MultiProcessAdapter wraps the logging.Logger
+    if logger is not logging.getLogger(GRPOTrainer.__module__):
+        problems.append(f"{module.__name__}.logger is not the logger named {GRPOTrainer.__module__}, which "
+                        "trainers/faults.py filters.")
+    if problems:
+        _fail("The TRL log text trl-entropy filters changed", problems)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,15 @@ them only through the small functions of this module (:data:`ACCESSORS`); only t
 upgrade that renames them is this file's work; `tests/test_trl_drift.py` checks that each name still exists, and
 that no other module touches one.
 
-Two inventories, for that upgrade:
+Four inventories, for that upgrade:
 
 * :data:`OVERRIDDEN_METHODS`: the methods of `trl.GRPOTrainer` (and its bases `_BaseTrainer`, `transformers.Trainer`)
   that `GRPOEntropyTrainer` overrides;
 * :data:`USED_PRIVATE_NAMES`: every private method or attribute of TRL or transformers that the package calls, reads,
-  writes or replaces (the `_ec_` attributes and the private helpers defined in `trl_entropy` are ours, not listed).
+  writes or replaces (the `_ec_` attributes and the private helpers defined in `trl_entropy` are ours, not listed);
+* :data:`TRL_VLLM_INTERNALS`: the names of TRL's vLLM backend (colocate mode) that `vllm_cpu.py`'s weight sync
+  needs, reached through the accessors below, each checked where it is used by :func:`require`;
+* :data:`UNEXPORTED_TRL_IMPORTS`: TRL helpers that no `__all__` of TRL exports, imported here only (wrapped).
 
 `tests/test_trl_drift.py` checks them against the installed TRL: each name still exists, each method keeps the
 parameters recorded for it (and the class that defines it), each private instance attribute is still set by the
@@ -27,6 +30,26 @@ from __future__ import annotations
 
 __all__ = [
     "ACCESSORS",
+    "InternalsChanged",
+    "TESTED_VLLM_VERSIONS",
+    "TRL_ALL_NONE_WARNING",
+    "TRL_VLLM_INTERNALS",
+    "UNEXPORTED_TRL_IMPORTS",
+    "is_async_callable",
+    "is_math_verify_available",
+    "iter_named_params",
+    "nanmax",
+    "nanmin",
+    "replace_sync_weights",
+    "require",
+    "set_trl_vllm_engine_class",
+    "sync_weights_function",
+    "trl_vllm_engine_class",
+    "trl_vllm_module",
+    "colocated_engine",
+    "missing_trl_vllm_internals",
+    "vllm_generation",
+    "vllm_generation_state",
     "OVERRIDDEN_METHODS",
     "PRIVATE_ATTRIBUTES",
     "USED_PRIVATE_NAMES",
@@ -183,3 +206,169 @@ def replace_train_sampler(trainer, sampler_fn) -> None:
 def model_name_or_path(config) -> str | None:
     """The name or folder a model was loaded from: its (transformers) config's ``_name_or_path``; None without one."""
     return getattr(config, "_name_or_path", None)
+
+
+# -- TRL's log text that trl-entropy matches: the start of the warning `GRPOTrainer._calculate_rewards` logs (on the
+#    logger of GRPOTrainer's module) for a row no reward function scored. trainers/faults.py hides it while TRL scores
+#    a batch and reports such rows itself; tests/test_trl_drift.py checks that TRL still logs this text there.
+TRL_ALL_NONE_WARNING = "All reward functions returned None"
+
+
+# -- TRL helpers that no `__all__` of TRL exports (a TRL release may move or drop them without notice): imported here
+#    only, on first use (this module stays importable without TRL), and checked by tests/test_trl_drift.py.
+#: (module, name) of each.
+UNEXPORTED_TRL_IMPORTS = (
+    ("trl.trainer.utils", "is_async_callable"),  # faults.py: TRL awaits async reward functions itself
+    ("trl.trainer.utils", "nanmax"),  # losses/policy_loss.py: TRL's clip_ratio/high_max, as TRL logs it
+    ("trl.trainer.utils", "nanmin"),  # losses/policy_loss.py: TRL's clip_ratio/low_min
+    ("trl.import_utils", "is_math_verify_available"),  # rewards.py: TRL's math-verifying rewards need math_verify
+)
+
+
+def is_async_callable(func) -> bool:
+    """TRL's ``trl.trainer.utils.is_async_callable``: whether TRL treats ``func`` as an async reward function."""
+    from trl.trainer.utils import is_async_callable as trl_is_async_callable
+
+    return trl_is_async_callable(func)
+
+
+def nanmax(tensor):
+    """TRL's ``trl.trainer.utils.nanmax`` (the largest non-NaN value; NaN when there is none)."""
+    from trl.trainer.utils import nanmax as trl_nanmax
+
+    return trl_nanmax(tensor)
+
+
+def nanmin(tensor):
+    """TRL's ``trl.trainer.utils.nanmin`` (the smallest non-NaN value; NaN when there is none)."""
+    from trl.trainer.utils import nanmin as trl_nanmin
+
+    return trl_nanmin(tensor)
+
+
+def is_math_verify_available() -> bool:
+    """TRL's ``trl.import_utils.is_math_verify_available``."""
+    from trl.import_utils import is_math_verify_available as trl_is_math_verify_available
+
+    return bool(trl_is_math_verify_available())
+
+
+# -- TRL's vLLM backend (colocate mode), for the CPU weight sync of `vllm_cpu.py`. None of these names is TRL's
+#    documented API; each accessor reaches them through `require`, which names what is missing.
+#: The releases the CPU weight sync was written and tested against.
+TESTED_VLLM_VERSIONS = "TRL 1.16.0 with vllm-cpu 0.31.0 (torch 2.13.0+cpu)"
+#: The module TRL's vLLM backend lives in.
+TRL_VLLM_MODULE = "trl.generation.vllm_generation"
+#: TRL names the CPU weight sync depends on: (owner, name, what it is used for).
+TRL_VLLM_INTERNALS = (
+    (TRL_VLLM_MODULE, "LLM", "the engine class TRL's colocate mode builds; wrapped while the trainer is built to pass "
+     "the dtype (vllm_cpu.engine_arguments)"),
+    (f"{TRL_VLLM_MODULE}.VLLMGeneration", "sync_weights", "TRL's weight sync, replaced on the instance"),
+    (f"{TRL_VLLM_MODULE}.VLLMGeneration", "_iter_named_params", "the policy's weights under the names vLLM loads "
+     "(PEFT adapters merged), one at a time"),
+    ("VLLMGeneration instance", "mode", "'colocate' or 'server'"),
+    ("VLLMGeneration instance", "llm", "the colocated vllm.LLM engine"),
+    ("VLLMGeneration instance", "enable_sleep_mode", "refused on CPU (vLLM sleeps on CUDA, ROCm and XPU only)"),
+    ("GRPOTrainer instance", "vllm_generation", "TRL's vLLM backend, built in GRPOTrainer.__init__"),
+)
+
+
+class InternalsChanged(RuntimeError):
+    """A TRL or vLLM internal the CPU weight sync relies on is missing: the installed releases differ from the tested
+    ones (:data:`TESTED_VLLM_VERSIONS`)."""
+
+
+def _versions() -> str:
+    import importlib
+
+    found = []
+    for name in ("trl", "vllm", "torch"):
+        try:
+            found.append(f"{name} {importlib.import_module(name).__version__}")
+        except Exception:  # noqa: BLE001 - a version string only, for the message
+            found.append(f"{name} (not importable)")
+    return ", ".join(found)
+
+
+def require(obj, name: str, owner: str):
+    """``getattr(obj, name)``, or :class:`InternalsChanged` naming ``owner.name``, the installed and tested versions."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise InternalsChanged(
+            f"trl_entropy's CPU weight sync for colocated vLLM needs {owner}.{name}, which is missing: you run "
+            f"{_versions()}; it was tested with {TESTED_VLLM_VERSIONS}. Install those releases, or run vLLM on a GPU "
+            "(where TRL's own sync works) or without vLLM (use_vllm=False)."
+        ) from None
+
+
+def trl_vllm_module():
+    """TRL's ``trl.generation.vllm_generation`` module."""
+    import importlib
+
+    return importlib.import_module(TRL_VLLM_MODULE)
+
+
+def trl_vllm_engine_class(module):
+    """The engine class TRL's colocate mode builds (``module.LLM``, vLLM's ``LLM`` as TRL imported it)."""
+    return require(module, "LLM", TRL_VLLM_MODULE)
+
+
+def set_trl_vllm_engine_class(module, engine) -> None:
+    """Make TRL's colocate mode build ``engine(...)`` instead of its ``LLM``."""
+    module.LLM = engine
+
+
+def vllm_generation(trainer):
+    """TRL's vLLM backend of a built ``GRPOTrainer`` (its ``vllm_generation``)."""
+    return require(trainer, "vllm_generation", "trl GRPOTrainer")
+
+
+def vllm_generation_state(generation) -> tuple[str, bool, object]:
+    """``(mode, enable_sleep_mode, llm)`` of TRL's vLLM backend: ``"colocate"`` or ``"server"``, whether vLLM sleeps
+    between generations, and the colocated ``vllm.LLM`` engine."""
+    owner = "trl VLLMGeneration"
+    return (require(generation, "mode", owner), require(generation, "enable_sleep_mode", owner),
+            require(generation, "llm", owner))
+
+
+def iter_named_params(generation):
+    """TRL's iteration over the policy's weights as vLLM loads them (names and tensors; PEFT adapters merged)."""
+    return require(generation, "_iter_named_params", "trl VLLMGeneration")()
+
+
+def sync_weights_function(generation):
+    """The backend's ``sync_weights`` (TRL's own, or what :func:`replace_sync_weights` put there)."""
+    return require(generation, "sync_weights", "trl VLLMGeneration")
+
+
+def replace_sync_weights(generation, sync_weights) -> None:
+    """Make TRL call ``sync_weights()`` (no argument) instead of its own weight sync, on this backend only."""
+    generation.sync_weights = sync_weights
+
+
+def colocated_engine(trainer):
+    """The colocated ``vllm.LLM`` engine of a built trainer, or None (no vLLM backend, or no engine in it)."""
+    generation = getattr(trainer, "vllm_generation", None)
+    return None if generation is None else getattr(generation, "llm", None)
+
+
+def missing_trl_vllm_internals(trainer=None) -> list[str]:
+    """The names of :data:`TRL_VLLM_INTERNALS` that the installed TRL lacks (``owner.name``): the module's and the
+    class's always, the instances' given a built ``trainer`` with a vLLM backend."""
+    missing = []
+    module = trl_vllm_module()
+    generation_cls = getattr(module, "VLLMGeneration", None)
+    generation = None if trainer is None else getattr(trainer, "vllm_generation", None)
+    for owner, name, _ in TRL_VLLM_INTERNALS:
+        if owner == TRL_VLLM_MODULE:
+            obj = module
+        elif owner.endswith(".VLLMGeneration"):
+            obj = generation_cls
+        elif owner == "VLLMGeneration instance" and generation is not None:
+            obj = generation
+        else:
+            continue
+        if not hasattr(obj, name):
+            missing.append(f"{owner}.{name}")
+    return missing

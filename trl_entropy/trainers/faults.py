@@ -27,9 +27,8 @@ import warnings
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import is_async_callable
 
-from .._trl_private import log_metric
+from .._trl_private import TRL_ALL_NONE_WARNING, is_async_callable, log_metric
 
 __all__ = ["FaultHandlingMixin", "HubError", "check_reward_output", "check_train_dataset"]
 
@@ -247,7 +246,7 @@ def _short_error(err: BaseException, limit: int = 200) -> str:
 
 class _DropTrlAllNoneWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "All reward functions returned None" not in str(record.msg)
+        return TRL_ALL_NONE_WARNING not in str(record.msg)
 
 
 @contextlib.contextmanager
