@@ -98,6 +98,7 @@ def test_demo_choices_and_defaults_are_the_runners():
     assert cli.DEMO_METHODS == tuple(runner.METHODS) and cli.DEMO_DEFAULT_METHOD == runner.DEFAULT_METHOD
     defaults = {f.name: f.default for f in dataclasses.fields(runner.DemoSettings)}
     parsed = vars(cli.demo_parser().parse_args([]))
+    assert parsed.pop("testbed") is None and defaults["testbed"] == "tiny"  # None: tiny, or tiny_headroom with --compare
     for name, value in parsed.items():
         if name in defaults:
             assert value == defaults[name], f"--{name} defaults to {value!r}, DemoSettings.{name} to {defaults[name]!r}"
@@ -114,12 +115,19 @@ def test_demo_passes_the_flags_to_demo_settings(monkeypatch):
     assert seen["methods"] == [cli.DEMO_DEFAULT_METHOD]
     assert (s.steps, s.target_start, s.output_dir, s.progress, s.schedule) == (3, 0.9, "o", False, "wsd")
     assert s.save_models is None and s.keeps_models  # default: the testbed decides (tiny: keep)
+    assert s.testbed == "tiny" and not s.include_base
     assert cli.main(["demo", "--testbed", "smollm2", "--no-progress"]) == 0
     assert seen["settings"].save_models is None and seen["settings"].keeps_models is False  # ~540 MB a run
     assert cli.main(["demo", "--testbed", "smollm2", "--save-models", "--no-progress"]) == 0
     assert seen["settings"].save_models is True and seen["settings"].keeps_models is True
+    # --compare: what control buys, on the headroom testbed, next to the starting model
     assert cli.main(["demo", "--compare", "--no_progress"]) == 0
-    assert seen["methods"] == list(cli.DEMO_METHODS)
+    assert seen["methods"] == ["grpo", cli.DEMO_DEFAULT_METHOD]
+    assert seen["settings"].testbed == "tiny_headroom" and seen["settings"].include_base
+    assert cli.main(["demo", "--compare", "--testbed", "tiny", "--no_progress"]) == 0
+    assert seen["settings"].testbed == "tiny"
+    assert cli.main(["demo", "--methods", "all", "--no_progress"]) == 0
+    assert seen["methods"] == list(cli.DEMO_METHODS) and seen["settings"].testbed == "tiny"
 
 
 def test_demo_refuses_zero_steps(capsys):

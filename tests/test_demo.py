@@ -63,7 +63,8 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
         assert f"**Method:** `{name}`" in card and "**Knob** `entropy_coef`" in card, name
         assert (tmp_path / "out" / "runs" / name / "entropy_knob.png").exists(), name
     # step-time ratios come with their caveat, printed and in summary.json
-    assert "vs grpo*" in out and "one after another" in out and "benchmarks/overhead.py" in out
+    flat = " ".join(out.split())  # the notes are wrapped to the table's width
+    assert "vs grpo*" in out and "one after another" in flat and "benchmarks/overhead.py" in flat
     assert summary["step_time_note"] == runner.STEP_TIME_NOTE and "may be busy" in summary["step_time_note"]
     assert summary["tracking_error_definition"] == TRACKING_ERROR_DEFINITION
 
@@ -101,3 +102,27 @@ def test_table_compares_step_time_only_with_the_baseline_present():
     both = runner.format_table([dict(row, method="grpo", median_step_time=0.02), row]).splitlines()
     assert both[2].rstrip().endswith("1.00x") and both[3].rstrip().endswith("1.50x")
     assert runner.TRACK_ERR_NOTE in "\n".join(both).replace("\n  ", " ")  # the table defines its "track err"
+
+
+def test_compare_on_the_headroom_testbed_scores_the_starting_model_and_draws_learning_curves(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """`demo --compare`'s path (issue 50): the starting model's row, pass@1 and pass@16 in the table, and held-out
+    learning curves that start at step 0 with the starting model."""
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
+    settings = runner.DemoSettings(steps=4, output_dir=str(tmp_path / "out"), progress=False, recipe=TINY,
+                                   testbed="tiny_headroom", n_eval_problems=8, eval_samples=1, target_start=0.5,
+                                   pass_at_k_problems=4, curve_every=2, include_base=True)
+    results = runner.run_demo(["grpo", "entropy_bonus"], settings)
+    out = capsys.readouterr().out
+    assert "starting model" in out and "tiny_headroom" in out
+    header = next(line for line in out.splitlines() if line.startswith("method") and "track err" in line)
+    assert "pass@1" in header and "pass@16" in header
+    for r in results:
+        assert r["curve"]["step"] == [0, 2, 4], r["method"]
+        assert all(0.0 <= a <= b <= 1.0 for a, b in zip(r["curve"]["pass@1"], r["curve"]["pass@16"]))
+    # both runs start from the same model, scored on the same problems and samples
+    assert results[0]["curve"]["pass@1"][0] == results[1]["curve"]["pass@1"][0]
+    assert os.path.getsize(tmp_path / "out" / "heldout_curves.png") > 5_000
+    summary = json.load(open(tmp_path / "out" / "summary.json"))
+    assert summary["testbed"] == "tiny_headroom" and summary["recipe"]["carry_drop"] == 0.9
+    assert summary["results"][0]["method"] == "base" and set(summary["results"][0]["pass_at_k"]) >= {"1", "16"}

@@ -170,3 +170,44 @@ def test_grpo_trainer_runs_on_the_testbed(tmp_path):
     assert len(rows) == 2 and all(h["entropy"] > 0 for h in rows)
     rewards = [h["reward"] for h in rows if "reward" in h]  # logged on generation steps only
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
+
+
+def test_carry_drop_teaches_the_sum_without_some_carries_and_keeps_old_cache_keys():
+    import random
+
+    for _ in range(2000):
+        a, b = random.randrange(1000), random.randrange(1000)
+        assert tb._sum_dropping_carries(a, b, [False, False]) == a + b
+    assert tb._sum_dropping_carries(58, 67, [True]) == 115  # the units' carry lost: 5 + 6 = 11 tens
+    assert tb._sum_dropping_carries(58, 67, [False]) == 125
+    assert tb._sum_dropping_carries(99, 1, [True]) == 90
+    # the carry out of the leading column is kept, so an answer has the exact sum's length
+    g = torch.Generator().manual_seed(0)
+    recipe = tb.TestbedRecipe(carry_drop=1.0)
+    assert tb._pretraining_answer("58+67=", recipe, g) == "115"
+    assert tb._pretraining_answer("95+17=", recipe, g) == "102"
+    assert tb._pretraining_answer("12+34=", recipe, g) == "46"
+    assert tb._pretraining_answer("58+67=", tb.TestbedRecipe(), g) == "125"
+    # recipes without a taught error keep the cache keys they had before the field existed
+    assert tb.TestbedRecipe().cache_key() == "add-d2-34a2c15e188e"
+    assert tb.TestbedRecipe(task="add_reversed", seed=3).cache_key() == "add_reversed-d2-ff82cc372c9c"
+    assert tb.TestbedRecipe(carry_drop=0.9).cache_key() != tb.TestbedRecipe().cache_key()
+    with pytest.raises(ValueError, match="carry_drop"):
+        tb.TestbedRecipe(carry_drop=1.5)
+
+
+def test_the_headroom_testbed_warms_up_with_the_taught_error(tmp_path, monkeypatch):
+    import dataclasses
+
+    from trl_entropy.testbeds import HEADROOM_CARRY_DROP, get_testbed
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path))
+    headroom = get_testbed("tiny_headroom", SMALL)
+    assert headroom.name == "tiny_headroom" and headroom.curve_every and headroom.demo_steps >= 1000
+    headroom.load(False)
+    # the demo passes a recipe without a taught error (its default); the testbed puts its own into it
+    assert HEADROOM_CARRY_DROP == 0.9
+    assert os.listdir(tmp_path) == [dataclasses.replace(SMALL, carry_drop=0.9).cache_key()]
+    train, test = headroom.datasets(0)
+    assert not set(train["prompt"]) & set(test["prompt"])  # held-out problems are never trained on
+    assert headroom.reward(["125"], ["125"]) == [1.0]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from .._plotting import integer_step_axis, k_axis, line_style, new_figure, save_figure
 
-__all__ = ["plot_entropy_curves", "plot_pass_at_k", "entropy_curves_figure", "pass_at_k_figure"]
+__all__ = ["plot_entropy_curves", "plot_pass_at_k", "entropy_curves_figure", "pass_at_k_figure",
+           "heldout_curves_figure", "plot_heldout_curves"]
 
 
 def pass_at_k_figure(curves: dict[str, dict[int, float]], title: str = "pass@k on held-out problems"):
@@ -16,10 +17,15 @@ def pass_at_k_figure(curves: dict[str, dict[int, float]], title: str = "pass@k o
     fig, axes = new_figure(figsize=(6.4, 4.2))
     ax = axes[0, 0]
     all_ks = set()
-    for i, (method, values) in enumerate(curves.items()):
+    i = 0
+    for method, values in curves.items():
         ks = sorted(values)
         all_ks.update(ks)
+        if method == "base":  # the starting model: the reference the trained ones are read against
+            ax.plot(ks, [values[k] for k in ks], marker="o", color="k", ls="--", label="starting model", lw=1.2)
+            continue
         ax.plot(ks, [values[k] for k in ks], marker="o", color=f"C{i}", label=method, lw=1.4)
+        i += 1
     if all_ks:
         k_axis(ax, all_ks)
     ax.set_xlabel("k")
@@ -100,3 +106,30 @@ def _readable_constant_axis(ax, values) -> None:
 def plot_entropy_curves(curves: dict[str, dict[str, list]], path: str, title: str = "Policy entropy vs target") -> str:
     """Write a PNG with one panel per method (measured entropy, scheduled target) plus an overlay panel."""
     return save_figure(entropy_curves_figure(curves, title), path)
+
+
+def heldout_curves_figure(curves: dict[str, dict[str, list]], title: str = "Held-out pass@k during training"):
+    """One panel per logged k (pass@1, pass@16): held-out pass@k against the optimizer step, one line per method.
+
+    ``curves[method]`` has a list ``step`` and one list per key ``"pass@<k>"``; step 0 is the starting model.
+    """
+    keys = sorted({k for c in curves.values() for k in c if k.startswith("pass@")}, key=lambda k: int(k[5:]))
+    fig, axes = new_figure(1, max(1, len(keys)), figsize=(5.2 * max(1, len(keys)), 3.8))
+    for ax, key in zip(axes[0], keys):
+        for i, (method, c) in enumerate(curves.items()):
+            if key in c:
+                ax.plot(c["step"], c[key], color=f"C{i}", label=method, lw=1.4, **line_style(len(c["step"])))
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(f"held-out {key}")
+        ax.set_title(key)
+        integer_step_axis(ax)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
+def plot_heldout_curves(curves: dict[str, dict[str, list]], path: str,
+                        title: str = "Held-out pass@k during training") -> str:
+    """Write a PNG of :func:`heldout_curves_figure`."""
+    return save_figure(heldout_curves_figure(curves, title), path)

@@ -45,13 +45,16 @@ class DemoSettings:
     recipe: testbed.TestbedRecipe = field(default_factory=testbed.TestbedRecipe)
     extra: dict[str, Any] = field(default_factory=dict)
     testbed: str = "tiny"  # a name of trl_entropy.testbeds.TESTBEDS
+    # held-out pass@1 and pass@16 every this many steps (the learning curves); None: the testbed's (tiny_headroom 100)
+    curve_every: int | None = None
+    include_base: bool = False  # also score the starting model (pass@k, held-out accuracy): the reference row
     # keep each run's trained weights in its folder, next to its model card; None: yes for the tiny testbed
     # (~0.3 MB a run), no for SmolLM2 (~540 MB a run: the card then says that the folder holds no weights)
     save_models: bool | None = None
 
     @property
     def keeps_models(self) -> bool:
-        return self.save_models if self.save_models is not None else self.testbed == "tiny"
+        return self.save_models if self.save_models is not None else self.testbed.startswith("tiny")
 
     def get_testbed(self):
         from ..testbeds import get_testbed
@@ -201,6 +204,16 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
 
     trainer.remove_callback(PrinterCallback)  # the table and the progress bar say it better than raw log dicts
     trainer.add_callback(_Progress(name, settings.progress))
+    curve = None
+    curve_every = settings.curve_every or tb.curve_every
+    if curve_every and evaluate:
+        from ..evaluation import PassAtKCallback
+
+        curve = PassAtKCallback(trainer, test_problems[: settings.pass_at_k_problems], n=settings.pass_at_k_n,
+                                ks=(1, settings.pass_at_k_n), max_new_tokens=base.get("max_completion_length"),
+                                every_n_steps=curve_every, at_train_end=False, seed=settings.seed + 1234)
+        start_point = curve.evaluate()  # step 0, the starting model, with the same problems and samples
+        trainer.add_callback(curve)
     step_evals = None
     if eval_at:
         step_evals = _PolicyEvaluations(eval_at, tb, tokenizer, base.get("max_completion_length"), settings.seed)
@@ -208,6 +221,14 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
+    curve_points = None
+    if curve is not None:
+        # taken now, before the final pass@k below is logged into the same history
+        evals = [(0, start_point)] + [(h["step"], h) for h in trainer.state.log_history
+                                      if "eval/pass@1" in h and "loss" not in h]
+        ks = (1, settings.pass_at_k_n)
+        curve_points = {"step": [s for s, _ in evals],
+                        **{f"pass@{k}": [e[f"eval/pass@{k}"] for _, e in evals] for k in ks}}
 
     rows = [h for h in trainer.state.log_history if "loss" in h and "step" in h]
     steps = [h["step"] for h in rows]
@@ -271,6 +292,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "final_reward": sum(rewards[-tail:]) / tail if rewards else float("nan"),
         "heldout_accuracy": accuracy,
         "pass_at_k": pass_k,
+        **({"curve": curve_points} if curve_points is not None else {}),
         **({"final_eval": final} if final is not None else {}),
         **({"step_evals": step_evals.results} if step_evals is not None else {}),
         "tracking_error": tracking_error(measured, target),  # the benchmarks' MA10 error after the first 20%
@@ -326,7 +348,8 @@ def format_pass_at_k(results: list[dict]) -> str:
     header = f"{'method':<22} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
     lines = [header, "-" * len(header)]
     for r in results:
-        lines.append(f"{r['method']:<22} " + " ".join(f"{r['pass_at_k'].get(k, float('nan')):>8.3f}" for k in ks))
+        label = "starting model" if r["method"] == "base" else r["method"]
+        lines.append(f"{label:<22} " + " ".join(f"{r['pass_at_k'].get(k, float('nan')):>8.3f}" for k in ks))
     return "\n".join(lines)
 
 
@@ -344,15 +367,23 @@ def format_table(results: list[dict], baseline: str = "grpo") -> str:
     """The comparison table, with :data:`TRACK_ERR_NOTE` (what "track err" is) and :data:`STEP_TIME_NOTE` (the
     step-time columns are one run each) under it."""
     base_time = next((r["median_step_time"] for r in results if r["method"] == baseline), None)
-    header = (f"{'method':<22} {'final reward':>12} {'held-out acc':>12} {'final H':>8} {'track err':>9} "
-              f"{'step ms*':>8} {'vs ' + baseline + '*':>8}")
+    ks = sorted({k for r in results for k in r.get("pass_at_k", {})})
+    shown_ks = [k for k in (1, 16) if k in ks]
+    header = (f"{'method':<22} {'final reward':>12} {'held-out acc':>12} "
+              + "".join(f"{'pass@' + str(k):>8} " for k in shown_ks)
+              + f"{'final H':>8} {'track err':>9} {'step ms*':>8} {'vs ' + baseline + '*':>8}")
     lines = [header, "-" * len(header)]
     for r in results:
+        passes = "".join(f"{r.get('pass_at_k', {}).get(k, float('nan')):>8.3f} " for k in shown_ks)
+        if r["method"] == "base":  # the starting model: scored, not trained
+            lines.append(f"{'starting model':<22} {'–':>12} {r['heldout_accuracy']:>12.3f} {passes}"
+                         f"{r['final_entropy']:>8.3f} {'–':>9} {'–':>8} {'–':>8}")
+            continue
         # without the baseline among the runs (e.g. one method) there is nothing to compare with: a dash, not "nanx"
         ratio = f"{r['median_step_time'] / base_time:>7.2f}x" if base_time else f"{'–':>8}"
         lines.append(
-            f"{r['method']:<22} {r['final_reward']:>12.3f} {r['heldout_accuracy']:>12.3f} {r['final_entropy']:>8.3f} "
-            f"{100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio}"
+            f"{r['method']:<22} {r['final_reward']:>12.3f} {r['heldout_accuracy']:>12.3f} {passes}"
+            f"{r['final_entropy']:>8.3f} {100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio}"
         )
     notes = [textwrap.fill(TRACK_ERR_NOTE, width=len(header), subsequent_indent="  ", break_on_hyphens=False),
              textwrap.fill("* " + STEP_TIME_NOTE, width=len(header), subsequent_indent="  ")]
@@ -368,9 +399,22 @@ def starting_entropy(model, tokenizer, problems, seed: int = 0, max_new_tokens: 
                                       max_new_tokens=max_new_tokens)
 
 
+def score_starting_model(model, tokenizer, settings: DemoSettings, test_problems, start_entropy: float) -> dict:
+    """The starting model's row (``method="base"``): held-out accuracy and pass@k as the trained runs get them."""
+    tb = settings.get_testbed()
+    max_new = tb.grpo_config_kwargs().get("max_completion_length")
+    accuracy = testbed.evaluate_accuracy(model, tokenizer, test_problems, n_samples=settings.eval_samples,
+                                         temperature=1.0, seed=settings.seed, max_new_tokens=max_new, reward=tb.reward)
+    pass_k = pass_at_k_curve(model, tokenizer, test_problems[: settings.pass_at_k_problems], n=settings.pass_at_k_n,
+                             seed=settings.seed, reward=tb.reward, max_new_tokens=max_new)
+    return {"method": "base", "description": "the starting model, not trained", "heldout_accuracy": accuracy,
+            "pass_at_k": pass_k, "final_entropy": start_entropy}
+
+
 def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
-    """Run each method, print the table, write entropy_curves.png, metrics.jsonl and summary.json."""
-    from .plots import plot_entropy_curves, plot_pass_at_k
+    """Run each method, print the table, write entropy_curves.png, metrics.jsonl and summary.json (and, where the
+    testbed takes learning curves, heldout_curves.png; with ``include_base``, the starting model's row first)."""
+    from .plots import plot_entropy_curves, plot_heldout_curves, plot_pass_at_k
 
     os.makedirs(settings.output_dir, exist_ok=True)
     tb = settings.get_testbed()
@@ -387,6 +431,7 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     print(f"Target: {settings.schedule} schedule from {start:.3f} to {start * settings.target_end_ratio:.3f} nats "
           f"(anneal ratio {settings.anneal_ratio}), {settings.total_steps} optimizer steps on the {tb.name} testbed, "
           f"steps_per_generation={settings.steps_per_generation} (off-policy).")
+    base = score_starting_model(model, tokenizer, settings, test_problems, start) if settings.include_base else None
     results = []
     for name in methods:
         results.append(run_method(name, settings, start, train_ds, test_problems))
@@ -398,24 +443,29 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
                 if r["knob"]:
                     row[r["knob_name"]] = r["knob"][i]
                 f.write(json.dumps(row) + "\n")
-    summary = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in results]
+    summary = [{k: v for k, v in r.items() if not isinstance(v, list)} for r in ([base] if base else []) + results]
     with open(os.path.join(settings.output_dir, "summary.json"), "w") as f:
         json.dump({"target_start": start, "testbed": tb.name,
                    "settings": {k: v for k, v in settings.__dict__.items() if k != "recipe"},
                    # the pretraining recipe of a model built here (the tiny one); a pretrained testbed has none
-                   "recipe": settings.recipe.__dict__ if tb.base_model is None else None,
+                   "recipe": dict(tb.recipe.__dict__) if tb.recipe is not None else None,
                    "step_time_note": STEP_TIME_NOTE, "tracking_error_definition": TRACKING_ERROR_DEFINITION,
                    "results": summary}, f, indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
                                                                                 "entropy_curves.png"))
-    pass_png = plot_pass_at_k({r["method"]: r["pass_at_k"] for r in results},
+    shown = ([base] if base else []) + results
+    pass_png = plot_pass_at_k({r["method"]: r["pass_at_k"] for r in shown},
                               os.path.join(settings.output_dir, "pass_at_k.png"))
+    curves = {r["method"]: r["curve"] for r in results if r.get("curve")}
+    if curves:
+        curves_png = plot_heldout_curves(curves, os.path.join(settings.output_dir, "heldout_curves.png"))
+        pass_png = f"{pass_png}, {curves_png}"
     print()
-    print(format_table(results))
+    print(format_table(shown))
     print()
     print(f"pass@k on {min(settings.pass_at_k_problems, len(test_problems))} held-out problems, "
           f"{settings.pass_at_k_n} samples each (temperature 1):")
-    print(format_pass_at_k(results))
+    print(format_pass_at_k(shown))
     print(f"\nWrote {png}, {pass_png}, "
           f"{os.path.join(settings.output_dir, 'metrics.jsonl')}, {os.path.join(settings.output_dir, 'summary.json')}")
     return results

@@ -41,6 +41,8 @@ class Testbed:
             ``max_steps``), ``overrides`` in place of (or next to) them.
         base_model: the Hub id written as ``base_model`` on model cards (``None``: a model built here).
         demo_steps: optimizer steps per method in the demo.
+        curve_every: the demo's held-out learning curves (pass@1, pass@16) are taken every this many steps (None:
+            none; the final pass@k is always taken).
         method_overrides: per demo method, config overrides for this testbed (e.g. covariance ratios).
     """
 
@@ -53,6 +55,8 @@ class Testbed:
     grpo_config_kwargs: Callable[..., dict]
     base_model: str | None = None
     demo_steps: int = 300
+    curve_every: int | None = None
+    recipe: Any = None  # the pretraining recipe of a model built here (the tiny testbeds); None for SmolLM2
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -69,6 +73,7 @@ def _tiny(recipe=None) -> Testbed:
         reward=tb.accuracy_reward,
         grpo_config_kwargs=lambda **overrides: tb.grpo_config_kwargs(recipe, **overrides),
         demo_steps=300,
+        recipe=recipe,
         # The papers' ratios (Clip-Cov 2e-4, KL-Cov 2e-3) select the floor of one token of the ~250 per step here
         # and change nothing measurable (benchmarks/cov_ratio.py): scaled to the testbed, and Clip-Cov's band
         # widened to reach its covariances (~0.5, not 1-5).
@@ -95,6 +100,7 @@ def _tiny_headroom(recipe=None) -> Testbed:
         base, name="tiny_headroom",
         title="character-level Qwen2 model, 2-digit addition, warmed up to drop 90% of carries",
         demo_steps=1000,
+        curve_every=100,
     )
 
 
