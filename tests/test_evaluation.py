@@ -218,3 +218,30 @@ def test_the_entropy_coefficient_is_drawn_once():
     assert panels(assisted) == ["epsilon_high", "entropy_coef"]
     plain = [{"step": s, "entropy_coef": 0.01 * s} for s in (1, 2, 3)]  # plain GRPO or TRL's rule on its own
     assert panels(plain) == ["entropy_coef"]
+
+
+def test_the_starting_model_is_scored_at_step_0_and_drawn_next_to_the_trained_one(tmp_path):
+    """at_train_begin (issue 50): the starting model's pass@k at step 0, the learning curves and the card's row."""
+    from trl_entropy.evaluation import training_figures
+
+    trainer = make(tiny_args(tmp_path, max_steps=4, save_strategy="no"))
+    cb = PassAtKCallback(trainer, PROBLEMS, n=4, ks=(1, 4), every_n_steps=2, at_train_begin=True)
+    trainer.add_callback(cb)
+    trainer.train()
+    assert [h["step"] for h in evals(trainer)] == [0, 2, 4]
+    figures = training_figures(trainer.state.log_history)
+    labels = [line.get_label() for line in figures["pass_at_k.png"].axes[0].get_lines()]
+    assert labels[0] == "starting model" and labels[-1] == "step 4"
+    curves = figures["heldout_curves.png"].axes[0].get_lines()
+    assert [line.get_label() for line in curves] == ["pass@1", "pass@4"]
+    assert list(curves[0].get_xdata()) == [0, 2, 4]
+    trainer.create_model_card(model_name="m")
+    card = open(os.path.join(tmp_path, "README.md")).read()
+    assert "| starting model |" in card
+    assert "![pass@k on held-out problems](pass_at_k.png)" in card
+    assert "![Held-out pass@k during training](heldout_curves.png)" in card
+    # without it nothing is evaluated before training (the default stays as it was)
+    plain = make(tiny_args(tmp_path / "plain", max_steps=2, save_strategy="no"))
+    plain.add_callback(PassAtKCallback(plain, PROBLEMS, n=4, ks=(1, 4)))
+    plain.train()
+    assert [h["step"] for h in evals(plain)] == [2]

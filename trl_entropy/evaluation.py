@@ -74,6 +74,8 @@ class PassAtKCallback(TrainerCallback):
             ``at_train_end``, once at the end of training).
         seed: sampling seed; the training RNG state is saved and restored around the evaluation, so evaluating does
             not change the training run.
+        at_train_begin: also evaluate the starting model, logged at step 0, so that the learning curves and the
+            model card's pass@k picture show this model next to the one it started from.
 
     With several processes each rank samples a strided share of the problems and the sums are reduced, so every
     rank logs the same numbers. Results of the last evaluation are kept in ``self.last``.
@@ -81,7 +83,7 @@ class PassAtKCallback(TrainerCallback):
 
     def __init__(self, trainer, problems, n: int = 16, ks: Sequence[int] = (1, 2, 4, 8, 16), temperature: float = 1.0,
                  threshold: float = 1.0, max_new_tokens: int | None = None, every_n_steps: int | None = None,
-                 at_train_end: bool = True, seed: int = 0, batch_size: int = 64):
+                 at_train_end: bool = True, seed: int = 0, batch_size: int = 64, at_train_begin: bool = False):
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}.")
         ks = sorted({int(k) for k in ks})
@@ -95,11 +97,16 @@ class PassAtKCallback(TrainerCallback):
         self.problems = _rows(problems)
         self.n, self.ks, self.temperature, self.threshold = n, ks, temperature, threshold
         self.max_new_tokens, self.every_n_steps, self.at_train_end = max_new_tokens, every_n_steps, at_train_end
+        self.at_train_begin = at_train_begin
         self.seed, self.batch_size = seed, batch_size
         self.last: dict[str, float] | None = None
         self._last_step: int | None = None
 
     # ------------------------------------------------------------------ hooks
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.at_train_begin and state.global_step == 0:  # the starting model (not again on a resume)
+            self.evaluate_and_log()
+
     def on_step_end(self, args, state, control, **kwargs):
         if self.every_n_steps and state.global_step % self.every_n_steps == 0:
             self.evaluate_and_log()
@@ -269,8 +276,10 @@ def training_figures(log_history: list[dict]) -> dict:
     """The training pictures of ``log_history`` as ``{file name: matplotlib Figure}``, without writing anything.
 
     ``entropy_curves.png`` (the entropy the control acts on, ``entropy_control/measured``, else TRL's ``entropy``,
-    against the target), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png`` and ``pass_at_k.png``
-    (the last few pass@k evaluations); each only when the history holds its series. Short series are drawn with
+    against the target), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png``, ``pass_at_k.png``
+    (the last few pass@k evaluations, and the starting model's where it was evaluated at step 0) and
+    ``heldout_curves.png`` (held-out pass@k against the step, from two evaluations on); each only when the history
+    holds its series. Short series are drawn with
     markers (a single logged step is a visible point), and step axes have whole-number ticks.
     """
     from ._plotting import integer_step_axis, k_axis, line_style, new_figure
@@ -325,10 +334,17 @@ def training_figures(log_history: list[dict]) -> dict:
         fig, axes = new_figure(figsize=(6.4, 3.8))
         ax = axes[0, 0]
         all_ks = set()
-        for i, h in enumerate(evals[-5:]):  # the last few evaluations, oldest lightest
+        start = evals[0] if evals[0].get("step") == 0 and len(evals) > 1 else None  # the starting model
+        shown = [h for h in evals[-5:] if h is not start]
+        for i, h in enumerate(([start] if start else []) + shown):
             ks = sorted(int(k.split("@")[1]) for k in h if k.startswith("eval/pass@"))
             all_ks.update(ks)
-            ax.plot(ks, [h[f"eval/pass@{k}"] for k in ks], marker="o", alpha=0.35 + 0.65 * (i + 1) / min(5, len(evals)),
+            if h is start:
+                ax.plot(ks, [h[f"eval/pass@{k}"] for k in ks], marker="o", color="k", ls="--", lw=1.2,
+                        label="starting model")
+                continue
+            j = i - (start is not None)  # the last few evaluations, oldest lightest
+            ax.plot(ks, [h[f"eval/pass@{k}"] for k in ks], marker="o", alpha=0.35 + 0.65 * (j + 1) / len(shown),
                     label=f"step {h.get('step')}")
         k_axis(ax, all_ks)
         ax.set_xlabel("k")
@@ -337,6 +353,22 @@ def training_figures(log_history: list[dict]) -> dict:
         ax.set_title("pass@k on held-out problems")
         ax.legend()
         figures["pass_at_k.png"] = fig
+    steps = sorted({h.get("step") for h in evals if h.get("step") is not None})
+    if len(steps) > 1:  # learning curves: held-out pass@k against the step
+        ks = sorted({int(k.split("@")[1]) for h in evals for k in h if k.startswith("eval/pass@")})
+        ks = ks if len(ks) <= 3 else [ks[0], ks[len(ks) // 2], ks[-1]]
+        fig, axes = new_figure(figsize=(6.4, 3.8))
+        ax = axes[0, 0]
+        for k in ks:
+            s_k, v_k = _series(evals, f"eval/pass@{k}")
+            ax.plot(s_k, v_k, label=f"pass@{k}", lw=1.4, **line_style(len(s_k)))
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("held-out pass@k")
+        ax.set_ylim(0, 1.02)
+        ax.set_title("Held-out pass@k during training")
+        integer_step_axis(ax)
+        ax.legend()
+        figures["heldout_curves.png"] = fig
     return figures
 
 

@@ -441,6 +441,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         result += _saturation_text(history) + _assist_text(history)
     else:
         result = "No training steps were logged."
+    folder = output_dir or args.output_dir
     pass_rows = [h for h in history if any(k.startswith("eval/pass@") for k in h)]
     if pass_rows:
         last = pass_rows[-1]
@@ -448,9 +449,16 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         pass_table = (f"pass@k on held-out problems (step {last.get('step')}):\n\n| k | " + " | ".join(map(str, ks))
                       + " |\n|---|" + "---|" * len(ks) + "\n| pass@k | "
                       + " | ".join(f"{last[f'eval/pass@{k}']:.3f}" for k in ks) + " |")
+        first = pass_rows[0]
+        if first.get("step") == 0 and len(pass_rows) > 1:  # the starting model, evaluated the same way
+            pass_table += "\n| starting model | " + " | ".join(
+                f"{first[f'eval/pass@{k}']:.3f}" if f"eval/pass@{k}" in first else "–" for k in ks) + " |"
+        for name, alt in (("pass_at_k.png", "pass@k on held-out problems"),
+                          ("heldout_curves.png", "Held-out pass@k during training")):
+            if os.path.exists(os.path.join(folder, name)):
+                pass_table += f"\n\n![{alt}]({name})"
     else:
         pass_table = "pass@k was not evaluated."
-    folder = output_dir or args.output_dir
     has_picture = picture and os.path.exists(os.path.join(folder, picture))
     entropy_picture = f"![Measured entropy vs target]({picture})" if has_picture else ""
     hub_base, local_base = resolve_base_model(trainer, base_model)
