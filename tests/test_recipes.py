@@ -59,6 +59,27 @@ def test_testbed_recipe_trains_through_the_cli(tmp_path, monkeypatch):
     assert (out / "model.safetensors").exists() and (out / "entropy_curves.png").exists()
 
 
+def test_the_headroom_recipe_trains_the_headroom_model_through_the_cli(tmp_path, monkeypatch):
+    """recipes/entropy_bonus_tiny_headroom_wsd.yaml (the payoff study's recommended recipe) names the warmed-up model
+    with the taught error, and `--testbed tiny_headroom` fills in the same."""
+    import dataclasses
+
+    monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
+    import trl_entropy.demo.testbed as tb
+
+    small = tb.TestbedRecipe(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                             sft_steps=30)
+    monkeypatch.setattr(tb, "TestbedRecipe", lambda *a, **k: small)
+    out = tmp_path / "run"
+    rc = main(["grpo", "--config", os.path.join(ROOT, "recipes", "entropy_bonus_tiny_headroom_wsd.yaml"),
+               "--max_steps", "3", "--output_dir", str(out), "--per_device_train_batch_size", "16"])
+    assert rc == 0 and (out / "model.safetensors").exists()
+    assert os.listdir(tmp_path / "cache") == [dataclasses.replace(small, carry_drop=0.9).cache_key()]
+    script_args, _, model_args, _ = parse_grpo_args(["--testbed", "tiny_headroom", "--use_cpu", "true",
+                                                     "--output_dir", str(tmp_path / "o")])
+    assert model_args.model_name_or_path == "testbed_headroom" and script_args.dataset_name == "testbed"
+
+
 def test_boxed_accuracy():
     assert last_boxed(r"so \boxed{\frac{1}{2}} and finally \boxed{42}") == "42"
     assert last_boxed(r"\boxed{\frac{a}{b}}") == r"\frac{a}{b}"

