@@ -367,6 +367,137 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
     return written
 
 
+def _fmt(d, se, n):
+    return f"{d:+.3f} ± {se:.3f} ({n})" if n > 1 else (f"{d:+.3f} (1)" if n else "–")
+
+
+def _final(k, part="all"):
+    return lambda r: r["final"][part]["pass_at_k"][k]
+
+
+def ringing(record, band: float = 0.3) -> float | None:
+    """Share of the steps after the first 20% whose raw entropy is more than ``band`` away from the target (relative)."""
+    pairs = [(h, t) for h, t in zip(record.get("entropy", []), record.get("target", [])) if h is not None and t]
+    if not pairs:
+        return None
+    pairs = pairs[int(0.2 * len(pairs)):]
+    return sum(abs(h - t) / t > band for h, t in pairs) / len(pairs)
+
+
+def claims(records: list[dict]) -> list[tuple[str, str, str]]:
+    """(claim, measured, verdict) for the papers' claims, judged by the rules in docs/payoff.md."""
+    by = {}
+    for r in records:
+        by.setdefault(r["method"], {})[r["seed"]] = r
+    out = []
+
+    def mean_of(m, key):
+        rs = list(by.get(m, {}).values())
+        return statistics.fmean(key(r) for r in rs) if rs else math.nan
+
+    # 1. the pass@k trade-off
+    if all(m in by for m in ("bonus_hold", "bonus_wsd03", "bonus_wsd01")):
+        h1, h64 = mean_of("bonus_hold", _final("1")), mean_of("bonus_hold", _final("64"))
+        a = {m: (mean_of(m, _final("1")), mean_of(m, _final("64"))) for m in ("bonus_wsd03", "bonus_wsd01")}
+        ok = all(p1 > h1 and p64 < h64 for p1, p64 in a.values())
+        text = (f"pass@1 / pass@64: hold {h1:.3f} / {h64:.3f}; "
+                + "; ".join(f"{m} {p1:.3f} / {p64:.3f}" for m, (p1, p64) in a.items()))
+        out.append(("Wang et al.: annealing trades large-k pass@k for small-k", text,
+                    "holds" if ok else "does not hold"))
+    # 2. the anneal's jump
+    if "bonus_hold" in by and "bonus_wsd03" in by:
+        def rise(r):
+            c = dict(zip(r["curve"]["step"], r["curve"]["pass@1"]))
+            return c[STEPS] - c[int(0.7 * STEPS)]
+        d, se, n = paired(records, "bonus_wsd03", "bonus_hold", rise)
+        out.append(("Wang et al.: the anneal gives a fast rise in pass@1",
+                    f"pass@1 rise over steps 700-1000, anneal minus hold: {_fmt(d, se, n)}",
+                    "holds" if n > 1 and d > 2 * se else "does not hold"))
+    # 3. the constant level
+    if "bonus_hold" in by and "bonus_hold_half" in by:
+        d1, se1, n = paired(records, "bonus_hold_half", "bonus_hold", _final("1"))
+        d16, se16, _ = paired(records, "bonus_hold_half", "bonus_hold", _final("16"))
+        differ = n > 1 and (abs(d1) > 2 * se1 or abs(d16) > 2 * se16)
+        out.append(("Wang et al.: an optimal constant level",
+                    f"half minus initial level: pass@1 {_fmt(d1, se1, n)}, pass@16 {_fmt(d16, se16, n)}",
+                    ("the levels differ; an optimum between them is not testable with two"
+                     if differ else "not testable with two levels (they do not differ by > 2 SE)")))
+    # 4. Entrocraft's shapes
+    shapes = {"linear": "entrocraft_linear_assist", "cosine": "entrocraft_cosine_assist",
+              "fixed": "entrocraft_hold_assist"}
+    if all(m in by for m in shapes.values()):
+        p16 = {k: mean_of(m, _final("16")) for k, m in shapes.items()}
+        err = {k: mean_of(m, lambda r: r.get("tracking_error", math.nan)) for k, m in shapes.items()}
+        ok = p16["linear"] == max(p16.values()) and err["fixed"] == max(err.values())
+        out.append(("Li et al.: linear decay best, a fixed target least stable",
+                    "pass@16 " + ", ".join(f"{k} {v:.3f}" for k, v in p16.items()) + "; tracking error "
+                    + ", ".join(f"{k} {100 * v:.1f}%" for k, v in err.items()),
+                    "holds" if ok else "does not hold"))
+    # 5. Cui's fit
+    grpo = list(by.get("grpo", {}).values())
+    if grpo:
+        fits = [cui_fit(r) for r in grpo]
+        close = sum(abs(f["predicted_final"] - f["final"]) <= 0.05 for f in fits)
+        errs = [f["predicted_final"] - f["final"] for f in fits]
+        out.append(("Cui et al.: R = -a e^H + b from the first third predicts the final reward",
+                    f"prediction minus final reward {statistics.fmean(errs):+.3f} (mean), within 0.05 on "
+                    f"{close} of {len(fits)} seeds; fitted ceiling b - a {statistics.fmean(f['ceiling'] for f in fits):.3f}"
+                    f" against final {statistics.fmean(f['final'] for f in fits):.3f}",
+                    "holds" if close >= 0.8 * len(fits) else "does not hold"))
+    return out
+
+
+def report(records: list[dict]) -> str:
+    """The results in markdown: the table, the paired comparisons, the goal's verdict, where the entropy sits,
+    ringing, and the papers' claims."""
+    lines = ["| method | seeds | pass@1 | pass@16 | pass@64 | greedy | pass@16, carry | final H | track err |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines = summary_table(records).splitlines()
+    lines += ["", "Paired by seed, method minus plain GRPO (mean ± SE, seeds):", "",
+              "| method | pass@1 | pass@16 | pass@64 | greedy |", "|---|---|---|---|---|"]
+    for m in [x for x in METHODS if x != "grpo"]:
+        cells = [_fmt(*paired(records, m, "grpo", key)) for key in
+                 (_final("1"), _final("16"), _final("64"), lambda r: r["final"]["all"]["greedy"])]
+        if cells[0] != "–":
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    d16, se16, n = paired(records, RECOMMENDED, "grpo", _final("16"))
+    d1, se1, _ = paired(records, RECOMMENDED, "grpo", _final("1"))
+    grpo_curves = [r for r in records if r["method"] == "grpo"]
+    lines += ["", f"Goal, `{RECOMMENDED}` against `grpo` on {n} paired seeds:",
+              f"- pass@16 {_fmt(d16, se16, n)}: " + ("met (> 2 SE)" if n > 1 and d16 > 2 * se16 else "not met"),
+              f"- pass@1 {_fmt(d1, se1, n)}: " + ("met (above -1 SE)" if n > 1 and d1 > -se1 else "not met")]
+    if grpo_curves:
+        c = _mean_curve(grpo_curves, lambda r: r["curve"]["pass@1"])
+        steps = grpo_curves[0]["curve"]["step"]
+        rise = c[steps.index(STEPS)] - c[steps.index(int(0.7 * STEPS))]
+        lines.append(f"- plain GRPO's mean held-out pass@1 rose {rise:+.3f} from step 700 to 1,000 "
+                     + ("(plateaued: the stretch applies)" if rise <= 0.03 else "(still rising)"))
+    lines += ["", "Where the entropy sits (final models, 64 samples on each held-out problem):", "",
+              "| method | entropy, carry problems | entropy, no-carry | distinct answers / 64, carry | "
+              "distinct in a group of 8, last 100 steps | raw steps > ±30% off target |",
+              "|---|---|---|---|---|---|"]
+    for m in ["base"] + list(METHODS):
+        rs = [r for r in records if r["method"] == m]
+        if not rs:
+            continue
+        ring = [x for x in (ringing(r) for r in rs) if x is not None]
+        distinct = [statistics.fmean(r["distinct_answers"][-25:]) for r in rs if r.get("distinct_answers")]
+        lines.append(f"| {m} | {statistics.fmean(r['final']['carry']['entropy'] for r in rs):.3f} | "
+                     f"{statistics.fmean(r['final']['no_carry']['entropy'] for r in rs):.3f} | "
+                     f"{statistics.fmean(r['final']['carry']['distinct_answers'] for r in rs):.1f} | "
+                     + (f"{statistics.fmean(distinct):.2f}" if distinct else "–") + " | "
+                     + (f"{100 * statistics.fmean(ring):.0f}%" if ring else "–") + " |")
+    verdicts = claims(records)
+    if verdicts:
+        lines += ["", "| claim | measured | verdict |", "|---|---|---|"]
+        lines += [f"| {c} | {m} | {v} |" for c, m, v in verdicts]
+    return "\n".join(lines)
+
+
+def cmd_report(args):
+    print(report(_load(args.results)))
+
+
 def cmd_figures(args):
     for path in figures(_load(args.results), args.out_dir):
         print("wrote", path)
@@ -385,6 +516,9 @@ def main(argv=None):
     s = sub.add_parser("summary")
     s.add_argument("--results", default=RESULTS)
     s.set_defaults(func=cmd_summary)
+    rp = sub.add_parser("report")
+    rp.add_argument("--results", default=RESULTS)
+    rp.set_defaults(func=cmd_report)
     f = sub.add_parser("figures")
     f.add_argument("--results", default=RESULTS)
     f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
