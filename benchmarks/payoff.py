@@ -62,6 +62,10 @@ METHODS: dict[str, tuple[bool, dict]] = {
     "entrocraft_hold_assist": (True, {"entropy_control": "entrocraft", "entropy_bonus_assist": True, **_HOLD}),
     "entrocraft_cosine_assist": (True, {"entropy_control": "entrocraft", "entropy_schedule": "cosine",
                                         "entropy_bonus_assist": True, **_ANNEAL}),
+    # Study 2 (docs/payoff.md), registered after an interim readout of study 1: the same WSD, annealed to a tenth.
+    "bonus_wsd03_deep": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
+                                "entropy_schedule_anneal_ratio": 0.3, "entropy_schedule_start": "initial",
+                                "entropy_schedule_end": "0.1*initial"}),
 }
 RECOMMENDED = "bonus_wsd03"
 
@@ -274,7 +278,7 @@ LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-hig
           "bonus_wsd03": "bonus, WSD 0.3 (recommended)", "bonus_wsd01": "bonus, WSD 0.1",
           "bonus_cosine": "bonus, cosine", "entrocraft_linear_assist": "Entrocraft linear + assist",
           "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
-          "kl_cov": "KL-Cov"}
+          "kl_cov": "KL-Cov", "bonus_wsd03_deep": "bonus, WSD 0.3 to a tenth"}
 
 
 def _mean_curve(runs, get):
