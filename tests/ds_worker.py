@@ -40,7 +40,9 @@ from conftest import (  # noqa: E402
 from mp_worker import Recorder, _exit_cleanly  # noqa: E402
 import torch  # noqa: E402
 
+import trl_entropy.evaluation  # noqa: E402
 import trl_entropy.model_card  # noqa: E402
+import trl_entropy.trainers.grpo_entropy_trainer  # noqa: E402
 from trl_entropy import GRPOEntropyTrainer  # noqa: E402
 from trl_entropy.engines import running_engine  # noqa: E402
 from trl_entropy.evaluation import PassAtKCallback  # noqa: E402
@@ -59,6 +61,19 @@ def _counting_render(*args, **kwargs):
 
 
 trl_entropy.model_card.render_model_card = _counting_render
+
+# every time this rank wrote the pictures (EntropyPlotCallback and the trainer's card, main process only)
+PICTURES = []
+_plots = trl_entropy.evaluation.write_training_plots
+
+
+def _counting_plots(*args, **kwargs):
+    PICTURES.append(1)
+    return _plots(*args, **kwargs)
+
+
+trl_entropy.evaluation.write_training_plots = _counting_plots
+trl_entropy.trainers.grpo_entropy_trainer.write_training_plots = _counting_plots
 
 
 def engine_info(trainer) -> dict:
@@ -216,6 +231,7 @@ def run_uneven(out_dir):
                                  ds3_gather_for_generation=gather, entropy_plots=gather and count == 5, bf16=False,
                                  save_strategy="steps", save_steps=2)
                 CARDS.clear()
+                PICTURES.clear()
                 trainer = GRPOEntropyTrainer(model=tiny_model(), reward_funcs=label_reward, args=args,
                                              train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
                 problems = [{"prompt": f"p{i}", "label": LABELS[i]} for i in range(count)]
@@ -225,7 +241,7 @@ def run_uneven(out_dir):
                 trainer.add_callback(cb)
                 trainer.train()
                 evals = [{k: v for k, v in h.items() if k.startswith("eval/")} for h in trainer.state.log_history]
-                out[key] = {"evals": [e for e in evals if e], "cards": len(CARDS),
+                out[key] = {"evals": [e for e in evals if e], "cards": len(CARDS), "pictures": len(PICTURES),
                             "files": sorted(os.listdir(args.output_dir)), "engine": engine_info(trainer)}
         return out
 

@@ -228,8 +228,9 @@ def test_uneven_pass_at_k_problem_counts(zero3_uneven):
         assert e0["engine"]["partitioned"] == e0["engine"]["parameters"]
         assert e0["cards"] > 0 and e1["cards"] == 0, key  # the card: main process only
         assert "README.md" in e0["files"]
-    pictures = r0["gather=True,problems=5"]["files"]
-    assert any(f.endswith(".png") for f in pictures), pictures  # entropy_plots: pictures written (by rank 0)
+    with_plots = "gather=True,problems=5"  # entropy_plots=True: the pictures written, by the main process only
+    assert any(f.endswith(".png") for f in r0[with_plots]["files"]), r0[with_plots]["files"]
+    assert r0[with_plots]["pictures"] > 0 and r1[with_plots]["pictures"] == 0
 
 
 def test_the_gpu_script_runs_its_own_zero3_launch_on_cpu(capsys):
