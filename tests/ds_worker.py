@@ -121,6 +121,10 @@ def _train(name, out_dir, reward=count_ones_reward, resume_from=None, setup=None
         warnings.simplefilter("always")
         trainer = GRPOEntropyTrainer(model=model, reward_funcs=reward, args=args, train_dataset=tiny_dataset(),
                                      processing_class=tiny_tokenizer())
+    # whether lm_head's weight was already a shard when the trainer read log(vocabulary) from it (a model loaded from
+    # a folder under zero3_init_flag: true is partitioned as it is built)
+    head = trainer.model.get_output_embeddings().weight
+    sharded_at_start = hasattr(head, "ds_numel") and head.numel() < head.ds_numel
     if setup is not None:
         setup(trainer)
     rec = Recorder()
@@ -137,7 +141,8 @@ def _train(name, out_dir, reward=count_ones_reward, resume_from=None, setup=None
     trainer._reduce_window = recording_reduce_window
     trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"rows": rec.rows, "metrics": _metrics(trainer), "local_windows": local_windows,
-                     "world_size": trainer.accelerator.num_processes, "engine": engine_info(trainer),
+                     "world_size": trainer.accelerator.num_processes,
+                     "engine": dict(engine_info(trainer), sharded_at_start=sharded_at_start),
                      "warnings": [str(w.message) for w in caught if w.filename == "trl-entropy"]}
 
 

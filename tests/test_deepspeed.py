@@ -151,6 +151,8 @@ def test_zero_ranks_agree_and_match_ddp(request, stage, name, ddp_runs):
         if stage == 3:  # every parameter is a shard on each process, and log(vocabulary) was read from ds_shape
             assert r["engine"]["partitioned"] == r["engine"]["parameters"] > 0
         assert r["engine"]["max_entropy"] == pytest.approx(math.log(14))
+        if stage == 3 and CONTROL_CONFIGS[name].get("beta"):  # loaded from a folder: sharded as it was built, so the
+            assert r["engine"]["sharded_at_start"]  # bound above was read from ds_shape, not the empty local shard
         assert not r["warnings"]  # the engine asked for is the one running: no "dropped" warning
     assert len(r0["rows"]) == 4
     assert r0["rows"] == r1["rows"]  # knob, controller state, measured entropy, target: identical on both ranks
