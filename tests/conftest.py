@@ -117,3 +117,100 @@ def tiny_args(tmp_path, **overrides):
 @pytest.fixture
 def tokenizer():
     return tiny_tokenizer()
+
+
+# -- test tiers. The fast tier a contributor runs: python -m pytest -m "not slow and not vllm and not multiprocess"
+#    (about a minute on 2 CPU cores); CI runs every test. `vllm` and `multiprocess` are marked in their files; `slow`
+#    is every test below (by function: all its parametrisations), measured at 0.75 s or more on 2 busy CPU cores
+#    (pytest --durations=0). tests/test_tiers.py checks that each name still exists. A DeepSpeed test
+#    (`deepspeed`) launches 2 processes, so it is `multiprocess` too.
+SLOW_TESTS = {
+    "test_bad_inputs.py": {"test_a_lambda_schedule_survives_checkpoints_resume_and_save_model",
+        "test_a_short_wsd_run_trains_its_last_step_at_the_end_target_and_the_card_says_so",
+        "test_batches_without_any_reward_spread_warn_once_that_only_the_entropy_term_trains",
+        "test_card_and_pictures_report_the_entropy_the_control_acts_on_not_trls_kept_only_entropy"},
+    "test_benchmarks.py": {"test_a_cached_run_is_not_served_once_the_package_defaults_change",
+        "test_final_eval_evaluates_the_trained_policy_under_its_own_cache_key",
+        "test_knob_authority_caches_runs_and_reprints",
+        "test_late_policy_evaluates_mid_run_without_changing_the_run",
+        "test_parallel_tracking_runs_each_job_into_its_own_cache_and_merges_them",
+        "test_parallel_tracking_says_which_jobs_failed_and_exits_non_zero",
+        "test_plot_tracking_draws_the_mean_over_seeds", "test_tracking_reports_the_smoothed_error"},
+    "test_cli.py": {"test_grpo_trains_the_testbed_with_trl_and_dotted_rewards_and_says_where_it_saved"},
+    "test_curriculum.py": {"test_phase_one_prompts_match_plain_trl",
+        "test_schedule_driven_switch_and_resume_in_phase_two", "test_switch_at_step_on_plain_grpo_trainer"},
+    "test_custom_control.py": {"test_the_example_control_trains_logs_and_is_on_the_card"},
+    "test_demo.py": {"test_compare_on_the_headroom_testbed_scores_the_starting_model_and_draws_learning_curves",
+        "test_run_demo_compare_writes_outputs"},
+    "test_docs.py": {"test_api_reference_types_are_plain_not_trl_markdown", "test_readme_quickstart_runs_as_written"},
+    "test_entrocraft_kl.py": {"test_lagged_is_the_policy_entropy_not_the_reference",
+        "test_lagged_reads_the_previous_update", "test_scoring_pass_reads_the_policy_not_the_reference",
+        "test_scoring_pass_with_kl_penalty_trains"},
+    "test_entropy_bonus.py": {"test_a_bare_end_beside_a_relative_start_says_it_is_read_in_nats",
+        "test_assist_takes_over_when_the_paper_knob_saturates",
+        "test_fixed_negative_coefficient_equals_trl_static_penalty", "test_penalty_and_bonus_move_entropy_apart",
+        "test_trl_adaptive_equals_grpo_trainer_with_schedule_callback"},
+    "test_entropy_pull.py": {"test_through_trl_the_controller_gets_the_sums_of_the_loss_forwards"},
+    "test_evaluation.py": {"test_evaluation_does_not_change_the_training_run",
+        "test_fit_callback_logs_through_the_trainer", "test_pass_at_k_is_logged_during_training",
+        "test_plots_are_written_at_each_save_and_at_the_end",
+        "test_the_starting_model_is_scored_at_step_0_and_drawn_next_to_the_trained_one"},
+    "test_examples.py": {"test_accelerate_example_runs_as_one_process", "test_lora_example_trains_an_adapter",
+        "test_quickstart_example"},
+    "test_measurement.py": {"test_the_step_reading_reaches_the_bonus_noise_cap",
+        "test_where_a_step_covers_its_generation_batch_it_equals_the_step_reading",
+        "test_with_training_the_estimate_moves_with_the_policy"},
+    "test_model_card.py": {"test_a_default_settings_card_lists_its_few_essential_settings_and_folds_the_rest",
+        "test_card_lists_pass_at_k_when_evaluated",
+        "test_card_names_method_parameters_schedule_result_picture_and_citations",
+        "test_card_shows_the_epsilon_high_used_and_the_knob_over_the_run",
+        "test_each_checkpoint_push_uploads_card_and_pictures", "test_failed_upload_leaves_the_checkpoint_intact",
+        "test_hub_strategy_end_pushes_nothing_during_training",
+        "test_the_card_s_tracking_error_is_the_benchmarks_metric_and_says_so"},
+    "test_notebook.py": {"test_quickstart_notebook_executes"},
+    "test_policy_loss.py": {"test_training_loop_with_our_loss_matches_trl"},
+    "test_recipes.py": {"test_testbed_recipe_trains_through_the_cli"},
+    "test_rollout_controls.py": {"test_all_rejected_gives_finite_loss_warning_and_counter",
+        "test_entrocraft_hard_below_band_keeps_only_negatives",
+        "test_entrocraft_scoring_pass_entropy_equals_extra_pass",
+        "test_entrocraft_with_everything_in_band_equals_plain_grpo",
+        "test_positive_reweight_lambda_moves_with_entropy",
+        "test_positive_reweight_proportional_term_acts_in_the_same_step",
+        "test_positive_reweight_stage_progression_needs_no_target", "test_weight_one_equals_plain_grpo"},
+    "test_saturation.py": {"test_entrocraft_outside_its_band_saturates",
+        "test_reachable_knob_range_is_not_saturated", "test_saturation_state_survives_resume",
+        "test_unreachable_target_saturates_adaptive_clip_and_warns_once"},
+    "test_scale.py": {"test_an_async_callable_class_instance_is_awaited_not_wrapped",
+        "test_every_control_trains_a_lora_adapter", "test_non_finite_rewards_are_reported_and_never_reach_the_loss",
+        "test_resume_continues_every_control_exactly"},
+    "test_signal_fraction.py": {"test_a_constant_reward_gives_a_zero_signal",
+        "test_the_assist_s_bonus_gets_the_signal_too",
+        "test_through_trl_the_controller_gets_each_steps_signal_fraction"},
+    "test_smollm2.py": {"test_loader_converts_once_and_loads_a_real_llm",
+        "test_the_smollm2_recipes_train_through_the_cli",
+        "test_the_special_tokens_do_not_depend_on_how_a_release_reads_the_file",
+        "test_two_grpo_steps_with_a_target_following_control", "test_two_grpo_steps_with_the_feedback_entropy_bonus"},
+    "test_testbed.py": {"test_grpo_trainer_runs_on_the_testbed"},
+    "test_token_controls.py": {"test_clip_cov_selected_tokens_get_zero_gradient",
+        "test_controls_without_token_hooks_keep_trl_compute_loss",
+        "test_global_scope_over_several_micro_batches_in_the_training_loop",
+        "test_kl_cov_loss_includes_the_kl_term_on_selected_tokens", "test_short_training_run",
+        "test_single_micro_batch_global_plan_runs_no_extra_forward_and_selects_the_same"},
+    "test_trainer.py": {"test_adaptive_clip_changes_the_update_off_policy",
+        "test_adaptive_clip_lowers_epsilon_high_when_entropy_far_above_target",
+        "test_adaptive_clip_raises_epsilon_high_when_entropy_far_below_target",
+        "test_adaptive_clip_warmup_holds_initial", "test_checkpoint_resume_continues_the_controller_exactly",
+        "test_measured_entropy_is_token_weighted_over_micro_batches", "test_metrics_are_logged_each_step",
+        "test_resume_with_a_different_control_raises", "test_schedule_callback_drives_plain_trl_adaptive_entropy",
+        "test_schedule_target_follows_linear_schedule"},
+    "test_trl_drift.py": {"test_imports_of_trl_names_are_exported_or_fenced",
+        "test_only_trl_private_touches_private_names", "test_package_uses_no_unlisted_private_name"},
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("deepspeed") is not None:
+            item.add_marker(pytest.mark.multiprocess)
+        if getattr(item, "originalname", item.name) in SLOW_TESTS.get(item.path.name, ()):
+            item.add_marker(pytest.mark.slow)

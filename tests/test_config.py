@@ -114,14 +114,6 @@ def test_invalid_configs_name_the_field(kw, field):
     assert field in str(err.value)
 
 
-def test_every_control_name_is_implemented_and_registered():
-    from trl_entropy.controls import CONTROL_REGISTRY
-    from trl_entropy.trainers.grpo_entropy_config import ENTROPY_CONTROLS, IMPLEMENTED_CONTROLS
-
-    assert set(IMPLEMENTED_CONTROLS) == set(ENTROPY_CONTROLS)
-    assert set(CONTROL_REGISTRY) == set(ENTROPY_CONTROLS) - {"none"}
-
-
 def test_trl_adaptive_entropy_with_opt_in():
     c = cfg(**AC, use_adaptive_entropy=True, allow_trl_adaptive_entropy=True)
     assert c.use_adaptive_entropy

@@ -13,6 +13,7 @@ import torch
 from conftest import CONTROL_CONFIGS
 
 HERE = os.path.dirname(__file__)
+pytestmark = pytest.mark.multiprocess  # out of the fast tier: -m "not multiprocess"
 
 
 def free_port() -> int:

@@ -47,8 +47,13 @@ ON_CPU = HAVE_VLLM and vllm_cpu.vllm_runs_on_cpu()
 if REQUIRE and not ON_CPU:
     raise RuntimeError("TRL_ENTROPY_REQUIRE_VLLM=1 but vLLM's backend is not the CPU one: these tests are for "
                        "vllm-cpu.")
-needs_vllm = pytest.mark.skipif(not (ON_CPU and HAVE_SMOLLM2),
-                                reason=f"needs vllm-cpu and SmolLM2 (a separate environment: {INSTALL})")
+_skip_without_vllm = pytest.mark.skipif(not (ON_CPU and HAVE_SMOLLM2),
+                                        reason=f"needs vllm-cpu and SmolLM2 (a separate environment: {INSTALL})")
+
+
+def needs_vllm(test):
+    """Marked ``vllm`` (left out of the fast tier: ``-m "not vllm"``), and skipped without vllm-cpu and SmolLM2."""
+    return pytest.mark.vllm(_skip_without_vllm(test))
 
 MAX_MODEL_LEN = 512  # every run's prompt + completion fits; the shared engine is built with it
 VLLM_RECIPES = sorted(p for p in glob.glob(os.path.join(ROOT, "recipes", "*.yaml"))
