@@ -86,10 +86,22 @@ class _AnswerDiversity:
     def __call__(self, completions, answer, **kwargs):
         from trl_entropy.demo.testbed import _extract_answer
 
-        got = [_extract_answer(c) for c in completions]
-        groups = [got[i : i + self.group] for i in range(0, len(got), self.group)]
-        self.distinct.append(statistics.fmean(len(set(g)) for g in groups))
+        if "trainer_state" in kwargs:  # GRPOTrainer's rollouts; PassAtKCallback's scoring passes no trainer state
+            got = [_extract_answer(c) for c in completions]
+            groups = [got[i : i + self.group] for i in range(0, len(got), self.group)]
+            self.distinct.append(statistics.fmean(len(set(g)) for g in groups))
         return self.reward(completions, answer, **kwargs)
+
+
+def training_distinct(record) -> list[float]:
+    """The distinct-answers series of the training rollouts alone. The first runs' series also hold one entry per
+    learning-curve evaluation (the callback scored through the same function): 25 generation batches of 4 steps,
+    then one evaluation, ten times over; those entries are dropped here."""
+    d = record.get("distinct_answers") or []
+    per_eval = EVAL_EVERY // 4
+    if len(d) == record["steps"] // 4 + record["steps"] // EVAL_EVERY:
+        d = [x for i, x in enumerate(d) if (i + 1) % (per_eval + 1) != 0]
+    return d
 
 
 def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int = 0) -> dict:
@@ -358,7 +370,7 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
     for m in [x for x in present if x in PRIMARY]:
         ys = _mean_curve(by[m], lambda r: [h if h is not None else math.nan for h in r["entropy"]])
         axes[0, 0].plot(range(1, len(ys) + 1), ys, lw=1, label=LABELS[m], **styles[m])
-        d = _mean_curve(by[m], lambda r: r["distinct_answers"])
+        d = _mean_curve(by[m], training_distinct)
         axes[0, 1].plot([4 * (i + 1) for i in range(len(d))], d, lw=1, label=LABELS[m], **styles[m])
     axes[0, 0].set_xlabel("optimizer step")
     axes[0, 0].set_ylabel("entropy (nats / token)")
@@ -485,7 +497,7 @@ def report(records: list[dict]) -> str:
         if not rs:
             continue
         ring = [x for x in (ringing(r) for r in rs) if x is not None]
-        distinct = [statistics.fmean(r["distinct_answers"][-25:]) for r in rs if r.get("distinct_answers")]
+        distinct = [statistics.fmean(training_distinct(r)[-25:]) for r in rs if r.get("distinct_answers")]
         lines.append(f"| {m} | {statistics.fmean(r['final']['carry']['entropy'] for r in rs):.3f} | "
                      f"{statistics.fmean(r['final']['no_carry']['entropy'] for r in rs):.3f} | "
                      f"{statistics.fmean(r['final']['carry']['distinct_answers'] for r in rs):.1f} | "
