@@ -82,6 +82,7 @@ def engine_info(trainer) -> dict:
     model = trainer.accelerator.unwrap_model(trainer.model)
     params = list(model.parameters())
     partitioned = sum(1 for p in params if hasattr(p, "ds_numel") and p.numel() < p.ds_numel)
+    partitioned += sum(1 for p in params if hasattr(p, "to_local") and p.to_local().numel() < p.numel())  # FSDP2
     plugin = trainer.accelerator.state.deepspeed_plugin
     return {"engine": running_engine(trainer.accelerator),
             "distributed_type": str(trainer.accelerator.distributed_type),
@@ -108,6 +109,8 @@ def _metrics(trainer):
 
 
 def _train(name, out_dir, reward=count_ones_reward, resume_from=None, setup=None, **overrides):
+    if FORCE_FSDP2:
+        setup = _chain(force_fsdp2, setup)
     # float32 (GRPOConfig's bf16 default would keep bf16 weights under DeepSpeed and fp32 ones under DDP's autocast: a
     # different optimizer arithmetic, which the comparison with DDP would then measure instead of the engine)
     kw = dict(max_steps=4, per_device_train_batch_size=8, steps_per_generation=2, learning_rate=1e-2, bf16=False,
@@ -144,6 +147,34 @@ def _train(name, out_dir, reward=count_ones_reward, resume_from=None, setup=None
                      "world_size": trainer.accelerator.num_processes,
                      "engine": dict(engine_info(trainer), sharded_at_start=sharded_at_start),
                      "warnings": [str(w.message) for w in caught if w.filename == "trl-entropy"]}
+
+
+FORCE_FSDP2 = "--force-fsdp2" in sys.argv
+
+
+def force_fsdp2(trainer):
+    """Put accelerate's FSDP2 plugin back on a built trainer, before train() prepares the model.
+
+    accelerate 1.15 drops FSDP on CPU (its state enables it for GPU-type devices only; the run would be plain data
+    parallel), but torch's fully_shard runs on gloo. With the plugin (built from the launch's FSDP_* environment,
+    as on a GPU) on the state, accelerate's prepare shards the model with fully_shard. Test-only."""
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from trl.distributed import DistributedBackend
+
+    state = trainer.accelerator.state
+    state.fsdp_plugin = FullyShardedDataParallelPlugin()
+    state.distributed_type = DistributedType.FSDP
+    trainer.is_fsdp_enabled = True
+    trainer._dist = DistributedBackend(trainer.accelerator)  # TRL's view of the engine (generation, weight sync)
+
+
+def _chain(first, then):
+    def both(trainer):
+        first(trainer)
+        if then is not None:
+            then(trainer)
+
+    return both
 
 
 def run_controls(names, out_dir, resume):
@@ -228,7 +259,7 @@ def run_uneven(out_dir):
 
     def pass_at_k(folder):
         out = {}
-        for gather in (True, False):
+        for gather in (True,) if FORCE_FSDP2 else (True, False):  # ds3_gather_for_generation: ZeRO-3 only
             for count in (5, 1):
                 key = f"gather={gather},problems={count}"
                 args = tiny_args(os.path.join(folder, key), max_steps=2, per_device_train_batch_size=8,
@@ -239,6 +270,8 @@ def run_uneven(out_dir):
                 PICTURES.clear()
                 trainer = GRPOEntropyTrainer(model=tiny_model(), reward_funcs=label_reward, args=args,
                                              train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+                if FORCE_FSDP2:
+                    force_fsdp2(trainer)
                 problems = [{"prompt": f"p{i}", "label": LABELS[i]} for i in range(count)]
                 # batch_size 4: rank 0 makes more generate() calls than rank 1 (3 vs 2 problems, 1 vs 0)
                 cb = PassAtKCallback(trainer, problems, n=4, ks=(1, 4), every_n_steps=1, max_new_tokens=4,

@@ -1,6 +1,6 @@
-"""Every control under DeepSpeed ZeRO-2 and ZeRO-3 on 2 CPU processes (`accelerate launch`, DS_ACCELERATOR=cpu).
+"""Every control under DeepSpeed ZeRO-2, ZeRO-3 and FSDP2 on 2 CPU processes (`accelerate launch`, DS_ACCELERATOR=cpu).
 
-Four launches, each trains many controls (starting two processes and importing TRL and DeepSpeed costs more than a
+Six launches, each trains many controls (starting two processes and importing TRL and DeepSpeed costs more than a
 4-step run):
 
 * an FSDP config with ``use_cpu: true``, which accelerate turns into plain multi-CPU data parallelism: the DDP
@@ -9,7 +9,10 @@ Four launches, each trains many controls (starting two processes and importing T
 * ZeRO-3 with every parameter partitioned (``stage3_param_persistence_threshold: 0``; DeepSpeed's default keeps a
   tiny model's parameters whole), ``zero3_init_flag: true`` as recipes/accelerate/deepspeed_zero3.yaml: every control,
   4 steps with a checkpoint at step 2, then a second trainer resumed from it;
-* ZeRO-3, the uneven cases (tests/ds_worker.py ``uneven``), each under its own watchdog.
+* ZeRO-3, the uneven cases (tests/ds_worker.py ``uneven``), each under its own watchdog;
+* FSDP2, every control and the uneven cases: torch's ``fully_shard`` runs on gloo, but accelerate 1.15 drops FSDP on
+  CPU, so the worker puts accelerate's FSDP2 plugin back on the built trainer's state (``ds_worker.force_fsdp2``)
+  and accelerate's own prepare shards the model. A test-only step: on a GPU the launch config does it.
 
 Runs where `deepspeed` is installed (CI: a stage of its own in .ci/run, `pip install deepspeed==0.19.8`); skipped
 otherwise, unless ``TRL_ENTROPY_REQUIRE_DEEPSPEED=1``, which makes a missing DeepSpeed a failure. Deselect with
@@ -131,6 +134,19 @@ def zero3_runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def fsdp2_runs(tmp_path_factory):
+    """FSDP2 on CPU, past accelerate's gate (ds_worker.force_fsdp2): torch's fully_shard on gloo."""
+    out = str(tmp_path_factory.mktemp("fsdp2"))
+    return _launch("fsdp", out, ["controls", ",".join(NAMES), out, "--force-fsdp2"], timeout=90 * len(NAMES))
+
+
+@pytest.fixture(scope="module")
+def fsdp2_uneven(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("fsdp2_uneven"))
+    return _launch("fsdp", out, ["uneven", out, "--force-fsdp2"], timeout=900)
+
+
+@pytest.fixture(scope="module")
 def zero3_uneven(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("ds_zero3_uneven"))
     return _launch("zero3", out, ["uneven", out], timeout=900)
@@ -173,6 +189,20 @@ def test_zero_ranks_agree_and_match_ddp(request, stage, name, ddp_runs):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_fsdp2_ranks_agree_and_match_ddp(fsdp2_runs, ddp_runs, name):
+    """FSDP2 (torch's fully_shard on gloo; accelerate's FSDP plugin put back on the state, see ds_worker.force_fsdp2):
+    every parameter a DTensor shard, identical decisions on both ranks, the DDP run's entropy."""
+    r0, r1 = _load(os.path.join(fsdp2_runs, name))
+    for r in (r0, r1):
+        assert r["engine"]["wrapped"].startswith("FSDP") and r["world_size"] == 2
+        assert r["engine"]["partitioned"] == r["engine"]["parameters"] > 0
+        assert r["engine"]["max_entropy"] == pytest.approx(math.log(14))
+    assert len(r0["rows"]) == 4 and r0["rows"] == r1["rows"] and r0["metrics"] == r1["metrics"]
+    d0, _ = _load(os.path.join(ddp_runs, name))
+    assert _measured(r0) == pytest.approx(_measured(d0), rel=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_zero3_resume_is_exact(zero3_runs, name):
     """4 steps straight vs the same run resumed from its ZeRO-3 checkpoint at step 2: the same entropy_control/*
     values at steps 3-4, the same controller state, target and knob at the end; the model card written by the main
@@ -200,8 +230,12 @@ def test_ddp_reference_warns_that_fsdp_was_dropped(ddp_runs):
         assert any("asked for FSDP" in w and "plain data parallel" in w for w in r["warnings"]), r["warnings"]
 
 
-def test_uneven_all_rollouts_of_one_rank_rejected(zero3_uneven):
-    r0, r1 = _load(os.path.join(zero3_uneven, "all_rejected"))
+UNEVEN = pytest.mark.parametrize("uneven", ["zero3_uneven", "fsdp2_uneven"])
+
+
+@UNEVEN
+def test_uneven_all_rollouts_of_one_rank_rejected(request, uneven):
+    r0, r1 = _load(os.path.join(request.getfixturevalue(uneven), "all_rejected"))
     assert r0["metrics"] == r1["metrics"] and r0["rows"] == r1["rows"]
     # rank 1's advantages are all zero (constant reward); hard mode above the band keeps only A > 0: none there
     assert r1["local_kept"] and all(kept == 0 for kept, _ in r1["local_kept"])
@@ -209,18 +243,20 @@ def test_uneven_all_rollouts_of_one_rank_rejected(zero3_uneven):
     assert len(r0["rows"]) == 2
 
 
-def test_uneven_zero_std_groups_on_one_rank(zero3_uneven):
-    r0, r1 = _load(os.path.join(zero3_uneven, "zero_std"))
+@UNEVEN
+def test_uneven_zero_std_groups_on_one_rank(request, uneven):
+    r0, r1 = _load(os.path.join(request.getfixturevalue(uneven), "zero_std"))
     assert set(r0) == set(r1)
     for name in r0:
         assert len(r0[name]["rows"]) == 2, name
         assert r0[name]["rows"] == r1[name]["rows"] and r0[name]["metrics"] == r1[name]["metrics"], name
 
 
-def test_uneven_pass_at_k_problem_counts(zero3_uneven):
-    """pass@k with 3 vs 2 and 1 vs 0 problems per rank, the weights gathered for generation (TRL's default) or not
-    (every forward gathers: the ranks run the same number of generate calls)."""
-    r0, r1 = _load(os.path.join(zero3_uneven, "pass_at_k"))
+@UNEVEN
+def test_uneven_pass_at_k_problem_counts(request, uneven):
+    """pass@k with 3 vs 2 and 1 vs 0 problems per rank; under ZeRO-3 with the weights gathered for generation (TRL's
+    default) or not. Every forward pass takes part in collectives: the ranks run the same number of generate calls."""
+    r0, r1 = _load(os.path.join(request.getfixturevalue(uneven), "pass_at_k"))
     for key, e0 in r0.items():
         e1 = r1[key]
         assert e0["evals"] == e1["evals"] and len(e0["evals"]) == 2, key

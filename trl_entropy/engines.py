@@ -59,9 +59,11 @@ def zero_stage(accelerator) -> int:
 
 
 def is_fsdp(accelerator) -> bool:
+    """FSDP runs: accelerate's distributed type, or its FSDP plugin on the state (what prepares the model)."""
     from accelerate.utils import DistributedType
 
-    return accelerator.distributed_type == DistributedType.FSDP
+    return (accelerator.distributed_type == DistributedType.FSDP
+            or getattr(accelerator.state, "fsdp_plugin", None) is not None)
 
 
 def warn_if_engine_dropped(accelerator, args=None) -> str | None:
