@@ -7,13 +7,29 @@ Rollouts with a negative advantage are weighted by w, the others by 1, and w mov
 relative entropy error: below the target w grows (pushing probability away from wrong samples spreads it and
 raises entropy, Zhu et al. 2025), above it w shrinks. Registering the class is all it takes:
 `GRPOEntropyConfig(entropy_control="negative_feedback", ...)` accepts it, `GRPOEntropyTrainer` runs it, the knob is
-logged as `entropy_control/negative_weight` and the model card describes it.
+logged as `entropy_control/negative_weight` and the model card describes it. Its settings (the gain and the range of
+w) are its own: `entropy_control_settings={"negative_feedback_kp": 2.0}` in Python, `--negative_feedback_kp 2.0` with
+`trl-entropy grpo --entropy_control_module custom_control`.
 """
 
 import argparse
+from dataclasses import dataclass, field
 
 from trl_entropy import EntropyControl, GRPOEntropyConfig, GRPOEntropyTrainer, register_control
 from trl_entropy.losses import sign_weights
+
+
+@dataclass
+class NegativeFeedbackSettings:
+    """The control's settings: each field is a key of `entropy_control_settings` and a flag of `trl-entropy grpo`."""
+
+    negative_feedback_kp: float = field(default=4.0, metadata={"help": "gain on the relative entropy error; >= 0"})
+    negative_feedback_w_min: float = field(default=0.0, metadata={"help": "lowest weight w; >= 0"})
+    negative_feedback_w_max: float = field(default=4.0, metadata={"help": "highest weight w; >= w_min"})
+
+    def validate(self, args):  # called by GRPOEntropyConfig when this control is chosen
+        if not 0 <= self.negative_feedback_w_min <= self.negative_feedback_w_max or self.negative_feedback_kp < 0:
+            raise ValueError(f"negative_feedback settings: need kp >= 0 and 0 <= w_min <= w_max, got {self}.")
 
 
 @register_control("negative_feedback")
@@ -26,9 +42,8 @@ class NegativeFeedbackControl(EntropyControl):
     card_text = ("negative-sample weight under proportional feedback (an example control, "
                  "examples/custom_control.py): rollouts with a negative advantage are weighted by "
                  "w = clip(1 + kp·(target − H)/target, w_min, w_max), the others by 1; a larger w raises entropy.")
-    config_prefixes = ()  # config fields to list on the model card (this control's gains are class attributes)
-    citations = ("zhu2025",)  # keys of trl_entropy.model_card.BIBTEX, or of a `bibtex = {key: entry}` attribute
-    kp, w_min, w_max = 4.0, 0.0, 4.0
+    citations = ("zhu2025",)  # keys of trl_entropy.citations.BIBTEX, or of a `bibtex = {key: entry}` attribute
+    settings_class = NegativeFeedbackSettings  # self.settings holds the values this run uses
 
     @classmethod
     def validate(cls, args):  # called by GRPOEntropyConfig when this control is chosen
@@ -39,6 +54,8 @@ class NegativeFeedbackControl(EntropyControl):
 
     def __init__(self, args):
         super().__init__(args)
+        self.kp = self.settings.negative_feedback_kp
+        self.w_min, self.w_max = self.settings.negative_feedback_w_min, self.settings.negative_feedback_w_max
         self.weight = 1.0
         self.error = 0.0
 

@@ -95,7 +95,9 @@ def test_demo_flags_parse_in_both_spellings(spelling):
 def test_demo_choices_and_defaults_are_the_runners():
     from trl_entropy.demo import runner
 
-    assert cli.DEMO_METHODS == tuple(runner.METHODS) and cli.DEMO_DEFAULT_METHOD == runner.DEFAULT_METHOD
+    builtin = tuple(n for n in runner.METHODS
+                    if n == "grpo" or runner.CONTROL_REGISTRY[n].__module__.startswith("trl_entropy.controls."))
+    assert cli.DEMO_METHODS == builtin and cli.DEMO_DEFAULT_METHOD == runner.DEFAULT_METHOD
     defaults = {f.name: f.default for f in dataclasses.fields(runner.DemoSettings)}
     parsed = vars(cli.demo_parser().parse_args([]))
     assert parsed.pop("testbed") is None and defaults["testbed"] == "tiny"  # None: tiny, or tiny_headroom with --compare

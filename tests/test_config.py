@@ -252,7 +252,7 @@ def test_reward_error_search_is_off_by_default_and_a_bool():
          r"it: no effect on this run\. To give this control the feedback bonus as a second actuator, set "
          r"entropy_bonus_assist=True\."),
         (dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entrocraft_gamma=5.0, cov_scope="local"),
-         r"entrocraft_gamma \(entropy_control='entrocraft'\); cov_scope \(entropy_control='kl_cov' or 'clip_cov'\) "
+         r"entrocraft_gamma \(entropy_control='entrocraft'\); cov_scope \(entropy_control='clip_cov' or 'kl_cov'\) "
          r"set, but entropy_control='entropy_bonus' does not use them"),
         (dict(entropy_bonus_min=-0.5), r"entropy_bonus_min .* entropy_control='none' does not use it"),
         (dict(entropy_control="trl_adaptive", entropy_schedule_start=0.5, entropy_bonus_max=1.0),

@@ -55,8 +55,9 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
         parser.add_argument(f"--{name.replace('_', '-')}", **alias)
 
 
-# The demo's choices and defaults, here so that `demo --help` needs no torch; tests/test_cli.py checks that they are
-# those of trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings).
+# The demo's choices and defaults, here so that `demo --help` needs no torch: plain GRPO and the built-in controls in
+# registration order. tests/test_controls_registry.py fails when a registered built-in control is missing, and
+# tests/test_cli.py checks the rest against trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings).
 DEMO_METHODS = ("grpo", "entropy_bonus", "trl_adaptive", "adaptive_clip", "entrocraft", "positive_reweight",
                 "w_reinforce", "clip_cov", "kl_cov", "entropic")
 DEMO_DEFAULT_METHOD = "entropy_bonus"

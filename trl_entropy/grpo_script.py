@@ -278,6 +278,76 @@ def _import_control_modules(args: list[str], parser) -> list[str]:
     return names
 
 
+def _add_control_settings_flags(parser) -> dict[str, str]:
+    """A flag for each setting of the registered controls that are not built in and declare a ``settings_class``
+    (fields that are not ``GRPOEntropyConfig``'s), with the field's help; returns {flag dest: control name}. The
+    values given are passed to the config as ``entropy_control_settings`` (:func:`_control_settings_into_field`)."""
+    import argparse
+    import dataclasses
+
+    from .controls import CONTROL_REGISTRY
+    from .trainers import GRPOEntropyConfig
+
+    config_fields = GRPOEntropyConfig.__dataclass_fields__
+    taken = {a.dest for a in parser._actions}
+    flags: dict[str, str] = {}
+    for name, cls in CONTROL_REGISTRY.items():
+        if cls.settings_class is None:
+            continue
+        for f in dataclasses.fields(cls.settings_class):
+            if not f.init or f.name in config_fields or f.name in flags:
+                continue
+            if f.name in taken:
+                raise UsageError(f"entropy_control={name!r} declares the setting {f.name!r}, which is already a flag "
+                                 f"of {parser.prog}; rename the field of {cls.settings_class.__qualname__}.")
+            default = f.default if f.default is not dataclasses.MISSING else None
+            parser.add_argument(f"--{f.name}", dest=f.name, default=argparse.SUPPRESS, type=_setting_value,
+                                metavar=type(default).__name__.upper() if default is not None else "VALUE",
+                                help=f"({name}) {f.metadata.get('help', '')} (default: {default!r})".replace("%", "%%"))
+            flags[f.name] = name
+    return flags
+
+
+def _setting_value(text: str):
+    """A control setting's flag value: JSON where it reads as JSON (numbers, true/false, lists), else the string."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _control_settings_into_field(args: list[str], values, own_flags: dict[str, str], parser) -> list[str]:
+    """``args`` with the control settings' flags taken out and given, with the recipe's
+    ``entropy_control_settings``, as one ``--entropy_control_settings`` JSON object."""
+    import json
+
+    given = {dest: getattr(values, dest) for dest in own_flags if hasattr(values, dest)}
+    if not given:
+        return args
+    merged = _parse_settings_default(getattr(values, "entropy_control_settings", None))
+    merged.update(given)
+    out, i = [], 0
+    while i < len(args):
+        name = args[i].split("=", 1)[0]
+        if name.startswith("--") and name[2:] in given:
+            i += 1 if "=" in args[i] else 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out + ["--entropy_control_settings", json.dumps(merged)]
+
+
+def _parse_settings_default(value) -> dict:
+    from .controls._base import parse_control_settings
+
+    try:
+        return parse_control_settings(value)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def parse_grpo_args(argv):
     """(ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig) from `--config file.yaml` and/or
     command-line flags.
@@ -290,6 +360,7 @@ def parse_grpo_args(argv):
     args = list(argv)
     recipe = _read_recipe(args, parser)
     _import_control_modules(args, parser)  # before parsing: their controls become valid --entropy_control choices
+    own_flags = _add_control_settings_flags(parser)  # and their settings become flags
     values, unknown = parser.parse_known_args(args=args)  # first without building the configs: their checks wait
     if unknown:
         known = {a.dest for a in parser._actions if a.dest != "help"}
@@ -298,6 +369,7 @@ def parse_grpo_args(argv):
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}{hint} ({parser.prog} --help lists every "
                          "flag).")
     parser.set_defaults(**_testbed_and_required(values, recipe))
+    args = _control_settings_into_field(args, values, own_flags, parser)
     try:
         return tuple(parser.parse_args_into_dataclasses(args=args))
     except ValueError as err:  # GRPOEntropyConfig's, TrainingArguments' and ModelConfig's checks of their values

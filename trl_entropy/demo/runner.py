@@ -16,11 +16,13 @@ import os
 import statistics
 import textwrap
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
 
+from ..controls import CONTROL_REGISTRY
 from ..metrics import TRACKING_ERROR_DEFINITION, tracking_error
 from . import testbed
 
@@ -66,23 +68,32 @@ class DemoSettings:
         return self.steps if self.steps is not None else self.get_testbed().demo_steps
 
 
-# name -> (uses GRPOEntropyTrainer, config overrides, description)
-METHODS: dict[str, tuple[bool, dict, str]] = {
-    "grpo": (False, {}, "plain TRL GRPOTrainer"),
-    "entropy_bonus": (True, {"entropy_control": "entropy_bonus"},
-                      "feedback entropy bonus: a signed coefficient under PI + feed-forward control (this package)"),
-    "trl_adaptive": (True, {"entropy_control": "trl_adaptive"},
-                     "TRL's adaptive entropy coefficient as a control, target driven by the schedule"),
-    "adaptive_clip": (True, {"entropy_control": "adaptive_clip"}, "adaptive clip-higher (Wang et al.)"),
-    "entrocraft": (True, {"entropy_control": "entrocraft"}, "Entrocraft rollout rejection, stochastic (Li et al.)"),
-    "positive_reweight": (True, {"entropy_control": "positive_reweight"},
-                          "positive-advantage reweighting, entropy-guided lambda (Jin et al.)"),
-    "w_reinforce": (True, {"entropy_control": "w_reinforce"}, "W-REINFORCE, lambda = 0.1 (Zhu et al.)"),
-    # A testbed may scale the covariance ratios to its batch (Testbed.method_overrides; the description says so).
-    "clip_cov": (True, {"entropy_control": "clip_cov"}, "Clip-Cov, detach high-covariance tokens (Cui et al.)"),
-    "kl_cov": (True, {"entropy_control": "kl_cov"}, "KL-Cov, KL-penalise high-covariance tokens (Cui et al.)"),
-    "entropic": (True, {"entropy_control": "entropic"}, "EntroPIC, PI-controlled high-probability token weights"),
-}
+class _DemoMethods(Mapping):
+    """name -> (uses GRPOEntropyTrainer, config overrides, description): plain GRPO, then every registered control in
+    registration order (:data:`trl_entropy.controls.CONTROL_REGISTRY`), a live view, so a control registered
+    outside the package is a method too. A control's line is its ``demo_description`` (default: its card text);
+    ``demo_overrides`` adds config settings per testbed (see :func:`run_method`)."""
+
+    def _names(self) -> list[str]:
+        return ["grpo", *CONTROL_REGISTRY]
+
+    def __getitem__(self, name):
+        if name == "grpo":
+            return (False, {}, "plain TRL GRPOTrainer")
+        cls = CONTROL_REGISTRY[name]
+        return (True, {"entropy_control": name}, cls.demo_description or cls.method_text())
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return f"METHODS({self._names()!r})"
+
+
+METHODS = _DemoMethods()
 DEFAULT_METHOD = "entropy_bonus"  # the recommended control (docs: choosing)
 
 
@@ -149,16 +160,18 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     """
     from trl import GRPOConfig, GRPOTrainer
 
-    from ..controls import CONTROL_REGISTRY
     from ..scheduling.callbacks import EntropyScheduleCallback
     from ..trainers import GRPOEntropyConfig, GRPOEntropyTrainer
 
     tb = settings.get_testbed()
     ours, overrides, description = spec if spec is not None else METHODS[name]
     overrides = dict(overrides)
-    if spec is None and tb.method_overrides.get(name):
-        overrides.update(tb.method_overrides[name])
-        description += " (" + ", ".join(f"{k}={v}" for k, v in tb.method_overrides[name].items()) + " here)"
+    here = dict(CONTROL_REGISTRY[name].demo_overrides.get(tb.name, {})) if spec is None and name in CONTROL_REGISTRY \
+        else {}
+    here.update(tb.method_overrides.get(name, {}) if spec is None else {})
+    if here:
+        overrides.update(here)
+        description += " (" + ", ".join(f"{k}={v}" for k, v in here.items()) + " here)"
     model, tokenizer = tb.load(settings.progress)
     base = dict(tb.grpo_config_kwargs())
     base.update(

@@ -43,7 +43,8 @@ class Testbed:
         demo_steps: optimizer steps per method in the demo.
         curve_every: the demo's held-out learning curves (pass@1, pass@16) are taken every this many steps (None:
             none; the final pass@k is always taken).
-        method_overrides: per demo method, config overrides for this testbed (e.g. covariance ratios).
+        method_overrides: per demo method, config overrides for this testbed, on top of the control's own
+            ``demo_overrides`` for it (the built-in testbeds set none).
     """
 
     name: str
@@ -74,13 +75,7 @@ def _tiny(recipe=None) -> Testbed:
         grpo_config_kwargs=lambda **overrides: tb.grpo_config_kwargs(recipe, **overrides),
         demo_steps=300,
         recipe=recipe,
-        # The papers' ratios (Clip-Cov 2e-4, KL-Cov 2e-3) select the floor of one token of the ~250 per step here
-        # and change nothing measurable (benchmarks/cov_ratio.py): scaled to the testbed, and Clip-Cov's band
-        # widened to reach its covariances (~0.5, not 1-5).
-        method_overrides={
-            "clip_cov": {"clip_cov_ratio": 0.3, "clip_cov_lb": 0.2},
-            "kl_cov": {"kl_cov_ratio": 0.1},
-        },
+        # the demo's per-control settings on this testbed are the controls' own (EntropyControl.demo_overrides)
     )
 
 

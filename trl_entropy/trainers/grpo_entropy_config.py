@@ -5,17 +5,21 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig
 
 from .._paths import is_hub_model_id
+from ..controls import BUILTIN_SETTINGS
+from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls
+from ..controls._base import is_number as _is_number
+from ..controls._base import parse_control_settings
+from ..controls._covariance import COV_SCOPES  # noqa: F401 (kept importable from here)
+from ..controls.entrocraft import ENTROCRAFT_ENTROPY_SOURCES, ENTROCRAFT_MODES, ENTROCRAFT_NORMALIZERS  # noqa: F401
+from ..controls.positive_reweight import POSITIVE_REWEIGHT_SCHEDULES  # noqa: F401
 from ..losses.policy_loss import SUPPORTED_LOSS_TYPES
-from ..scheduling.bonus import EntropyBonusController
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, INITIAL, parse_entropy_value, schedule_label
 
 __all__ = [
@@ -30,48 +34,7 @@ __all__ = [
 
 
 def _control_registry() -> dict:
-    # Imported here, not at the top: trl_entropy.controls imports torch and the losses, and this module must stay
-    # importable on its own (the registry is only needed once a config is validated or a parser is built).
-    from ..controls import CONTROL_REGISTRY
-
     return CONTROL_REGISTRY
-
-
-class _RegisteredControls(Sequence):
-    """A live, read-only view of the registered control names (``trl_entropy.controls.CONTROL_REGISTRY``), in
-    registration order, optionally filtered by a predicate on the class; with ``"none"`` first when ``with_none``.
-
-    It is what ``ENTROPY_CONTROLS`` & co. are, so that a control registered outside the package (with
-    ``trl_entropy.register_control``) is a valid ``entropy_control`` everywhere, the command line's choices included.
-    """
-
-    def __init__(self, keep=None, with_none: bool = False):
-        self._keep = keep
-        self._with_none = with_none
-
-    def _names(self) -> tuple[str, ...]:
-        names = [n for n, cls in _control_registry().items() if self._keep is None or self._keep(cls)]
-        return (("none",) if self._with_none else ()) + tuple(names)
-
-    def __getitem__(self, index):
-        return self._names()[index]
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __contains__(self, name) -> bool:
-        return name in self._names()
-
-    def __iter__(self):
-        return iter(self._names())
-
-    def __eq__(self, other) -> bool:
-        return tuple(self) == tuple(other) if isinstance(other, (Sequence, tuple, list)) else NotImplemented
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return repr(self._names())
 
 
 # Every control name: "none" and the registered controls (the registry is the one list).
@@ -79,16 +42,11 @@ ENTROPY_CONTROLS = _RegisteredControls(with_none=True)
 IMPLEMENTED_CONTROLS = ENTROPY_CONTROLS  # every registered control is implemented
 # Controls with token hooks (trl_entropy's own loss path, see losses/policy_loss.py; EntroPIC: TRL's loss plus a term).
 TOKEN_HOOK_CONTROLS = _RegisteredControls(lambda cls: cls.uses_token_hooks)
-COV_SCOPES = ("global", "local")
 # Controls that follow a target entropy and therefore need a schedule.
 TARGET_FOLLOWING_CONTROLS = _RegisteredControls(lambda cls: cls.follows_target)
 # Controls whose knob is TRL's entropy coefficient (no assist on top of them).
 COEFFICIENT_CONTROLS = _RegisteredControls(lambda cls: cls.knob_name == "entropy_coef")
-ENTROCRAFT_MODES = ("stochastic", "hard")
-ENTROCRAFT_NORMALIZERS = ("kept", "all")
-ENTROCRAFT_ENTROPY_SOURCES = ("auto", "scoring_pass", "extra_pass", "lagged")
 ENTROPY_MEASUREMENTS = ("step", "generation_batch")
-POSITIVE_REWEIGHT_SCHEDULES = ("entropy", "stage", "epoch")
 SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
 # Loss types whose surrogate is the clipped ratio min(r A, clip(r, 1-eps_low, 1+eps_high) A), where epsilon_high is
 # the clip-higher bound. CISPO reads epsilon_high as a cap on the ratio itself; SAPO and VESPO ignore it.
@@ -116,9 +74,6 @@ def _bool_field_names(cls) -> tuple[str, ...]:
     return tuple(n for n, is_bool in names.items() if is_bool and n in init_fields)
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
 
 def check_schedule_arity(fn) -> None:
     """Raise a ``ValueError`` when a callable ``entropy_schedule`` cannot be called as ``fn(step, total_steps)``.
@@ -144,7 +99,107 @@ def check_schedule_arity(fn) -> None:
 
 
 @dataclass
-class GRPOEntropyConfig(GRPOConfig):
+class _ScheduleSettings:
+    """The fields every control shares: which control, the target schedule, the measurement (documented on
+    :class:`GRPOEntropyConfig`)."""
+
+    entropy_control: str = field(
+        default="none",
+        metadata={
+            "help": "Entropy control: 'none' (plain GRPO), 'entropy_bonus', 'trl_adaptive', 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
+            "'positive_reweight', 'w_reinforce' or 'entropic', or a control registered with "
+            "trl_entropy.register_control (on the command line: import its module with --entropy_control_module).",
+            "choices": ENTROPY_CONTROLS,  # live: a control registered before parsing is a valid choice
+        },
+    )
+    # Annotated `str` so command-line/YAML parsing works; in Python a callable fn(step, total_steps) is accepted too.
+    entropy_schedule: str | None = field(
+        default=None,
+        metadata={
+            "help": "Target entropy curve: 'constant', 'linear', 'cosine' or 'wsd' (warmup-stable-anneal); in "
+            "Python also a callable fn(step, total_steps) -> nats. Defaults to 'constant' for target-following "
+            "controls; must be unset with entropy_control='none'.",
+            "choices": ["constant", "linear", "cosine", "wsd"],
+        },
+    )
+    # Annotated `float | str` so that the command line and YAML accept "initial" and "0.5*initial" next to numbers.
+    entropy_schedule_start: float | str | None = field(
+        default=None,
+        metadata={"help": "Target entropy (nats per completion token) at the start of training, >= 0; or 'initial' "
+                  "(the starting model's entropy, measured on the first generation batch) or a fraction of it, "
+                  "e.g. '0.9*initial'."},
+    )
+    entropy_schedule_end: float | str | None = field(
+        default=None,
+        metadata={"help": "Target entropy on the last optimizer step, >= 0, or a fraction of the initial entropy "
+                  "('0.5*initial'). Required by 'linear', 'cosine' and 'wsd' (for 'wsd' <= entropy_schedule_start); "
+                  "'constant' ignores it."},
+    )
+    entropy_schedule_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps during which the target is held at its start value; >= 0."},
+    )
+    entropy_schedule_anneal_ratio: float = field(
+        default=0.1,
+        metadata={"help": "For 'wsd': fraction of training, in (0, 1], spent annealing at the end."},
+    )
+    saturation_window: int = field(
+        default=20,
+        metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
+                  "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
+    )
+    entropy_measurement: str = field(
+        default="step",
+        metadata={"help": "The entropy a control acts on: 'step' (the optimizer step's own completions) or "
+                  "'generation_batch' (the current policy's entropy on the whole generation batch, estimated from "
+                  "the step's tokens against their entropy at generation; no extra forward)."},
+    )
+
+
+@dataclass
+class _RunSettings:
+    """The fields that hold for any control: TRL's rule beside a control, pictures, the card, faults (documented on
+    :class:`GRPOEntropyConfig`)."""
+
+    allow_trl_adaptive_entropy: bool = field(
+        default=False,
+        metadata={"help": "Opt in to combining an entropy control with TRL's use_adaptive_entropy."},
+    )
+    entropy_plots: bool = field(
+        default=True,
+        metadata={
+            "help": "Write entropy_curves.png (entropy vs target), entropy_knob.png, reward.png and pass_at_k.png "
+            "into output_dir at every save and at the end of training (needs matplotlib; skipped without it)."
+        },
+    )
+    model_card_base_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub model id written as base_model on the model card (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') "
+            "when the model was loaded from a local folder; by default taken from the model's name or cache folder."
+        },
+    )
+
+    max_unscorable_batches: int | None = field(
+        default=3,
+        metadata={
+            "help": "Stop with an error after this many generation batches in a row in which no completion got a "
+            "reward (all None/NaN: zero advantages, no policy gradient); each one warns. >= 1, or None to only warn."
+        },
+    )
+
+    reward_error_search: bool = field(
+        default=False,
+        metadata={
+            "help": "When a reward function raises, re-run it on one completion at a time to name the first failing "
+            "completion (index and prompt). Off by default: up to one extra call per completion, costly for "
+            "sandboxed or paid rewards."
+        },
+    )
+
+
+@dataclass
+class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSettings, GRPOConfig):
     r"""
     Configuration for [`GRPOEntropyTrainer`]: every field of TRL's `GRPOConfig`, plus the entropy controls below.
     With `entropy_control="none"` (the default) training is exactly TRL's GRPO.
@@ -206,91 +261,9 @@ class GRPOEntropyConfig(GRPOConfig):
             runs no such forward (an optimizer step covers whole generation batches), it equals `"step"`. Logged as
             `entropy_control/measured_generation_batch`; `entropy_control/measured` stays the step's own reading.
 
-    > Feedback entropy bonus (`entropy_control="entropy_bonus"`; also `entropy_bonus_assist`)
-
-    The loss is TRL's `L_policy - c * H` with a signed coefficient `c` (a bonus above 0, a penalty below) moved every
-    optimizer step by `trl_entropy.scheduling.EntropyBonusController`: the measured entropy is filtered (level and
-    trend) and predicted `entropy_bonus_horizon` steps ahead; `c = clip(I + kp * e + kff * slope, min, max)` with the
-    relative error `e = (target - predicted) / target` clipped to [-1, 1], the target's relative slope per step, and
-    an integral `I += ki * e_I` that stops at the bounds (anti-windup), `e_I` the filtered level's own relative error.
-    `entropy_coef` is the initial coefficient. What each setting was measured against: `docs/benchmarks.md`.
-    `entropy_control="trl_adaptive"` is TRL's own rule (`use_adaptive_entropy`, set for you) with its
-    `entropy_target` driven by the schedule.
+    > Other settings
 
     Parameters:
-        entropy_bonus_kp (`float`, *optional*, defaults to `0.25`):
-            Proportional gain: coefficient per unit of relative entropy error, at the reference authority
-            `entropy_bonus_authority`; >= 0.
-        entropy_bonus_ki (`float`, *optional*, defaults to `0.03`):
-            Integral gain: coefficient added per optimizer step per unit of relative error (at the reference
-            authority); >= 0.
-        entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
-            Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
-            error builds up); >= 0.
-        entropy_bonus_min (`float`, *optional*, defaults to `-0.1`):
-            Lower bound of the coefficient (an entropy penalty); <= 0. Smaller than `entropy_bonus_max` on purpose:
-            entropy is lowered mostly by releasing the bonus, since a penalty sharpens the policy blind to the
-            reward.
-        entropy_bonus_max (`float`, *optional*, defaults to `0.5`):
-            Upper bound of the coefficient; >= 0.
-        entropy_bonus_bound_limit (`float`, *optional*, defaults to `1.0`):
-            The most either bound may grow to: when the coefficient has sat at a bound with the error pushing further
-            for `entropy_bonus_bound_patience` steps, that bound grows by 1.5x (the knob's scale, learned online).
-            Set it to the bounds' size to keep them fixed.
-        entropy_bonus_bound_patience (`int`, *optional*, defaults to `10`):
-            Steps at a bound, pushed further, before it grows; >= 1.
-        entropy_bonus_horizon (`float`, *optional*, defaults to `6.0`):
-            Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
-            level).
-        entropy_bonus_level_smoothing (`float`, *optional*, defaults to `0.4`):
-            Weight of the newest measurement in the filtered level, in (0, 1] (1: no filtering).
-        entropy_bonus_trend_smoothing (`float`, *optional*, defaults to `0.2`):
-            Weight of the newest level change in the filtered trend, in (0, 1].
-        entropy_bonus_adapt_gain (`bool`, *optional*, defaults to `True`):
-            Scale `kp`, `ki` and `kff` by `entropy_bonus_authority / g`, where `g` is the knob's authority estimated
-            online (relative entropy change per step per unit of coefficient, by recursive least squares on the
-            measured entropy and the coefficients applied through the optimizer's momentum), held within 5x of the
-            reference. The best gains are inversely proportional to `g`, which differs between models, tasks and
-            learning rates. The gains rise above the reference only as far as the measurement is cleaner than the
-            reference noise (0.25 relative per step): `scale <= max(1, 0.25 / noise)`. Logged as
-            `entropy_control/bonus_authority`, `entropy_control/bonus_gain_scale` and `entropy_control/bonus_noise`.
-        entropy_bonus_authority (`float`, *optional*, defaults to `1.0`):
-            Reference authority `g` at which the gains are given, and the estimate's starting value; > 0.
-        entropy_bonus_momentum_compensation (`float`, *optional*, defaults to `0.5`):
-            Fraction of the optimizer's first-moment lag that the applied coefficient cancels, in [0, 1]. A loss
-            coefficient reaches the weights through Adam's gradient average (`adam_beta1`, ~10 steps at 0.9); with
-            1 the applied coefficient is chosen so that this average equals the law's output at once (it moves
-            more than the law's output). The law's output is logged as `entropy_control/bonus_law`.
-        entropy_bonus_compensation_clip (`str`, *optional*, defaults to `"symmetric"`):
-            How far the applied (momentum-compensated) coefficient may move: `"symmetric"` within `+-2 *
-            max(entropy_bonus_max, -entropy_bonus_min)`, as far down as up, or `"bounds"` within twice each bound
-            (what `recipes/entropy_bonus_smollm2_wsd_tight.yaml` sets). Either way the optimizer's average of it
-            stays within the bounds.
-        entropy_bonus_assist (`bool`, *optional*, defaults to `False`):
-            With a target-following paper control (`adaptive_clip`, `entrocraft`, `positive_reweight` with the
-            `"entropy"` schedule, `entropic`): the paper's knob acts first; when it has sat at a limit with the error
-            pushing the same way for `entropy_bonus_assist_window` steps, the feedback bonus takes the remainder.
-            While the knob is off its limits as long, the bonus's integral shrinks 5% a step; it hands back (its
-            coefficient decays) once that integral no longer holds entropy the way it was called for. Logged as
-            `entropy_control/assist_active` and `entropy_control/entropy_coef`.
-        entropy_bonus_assist_window (`int`, *optional*, defaults to `5`):
-            Steps at a limit before the bonus takes over, and off the limits before it starts handing back; >= 1.
-
-    > Adaptive clip-higher (`entropy_control="adaptive_clip"`)
-
-    Parameters:
-        adaptive_clip_delta (`float`, *optional*, defaults to `0.02`):
-            Step δ by which `epsilon_high` moves each optimizer step (after the warm-up), up when the window-mean
-            measured entropy is below the window-mean target, down when above.
-        adaptive_clip_window (`int`, *optional*, defaults to `4`):
-            Number of optimizer steps in the sliding window whose means are compared.
-        adaptive_clip_min (`float`, *optional*, defaults to `0.0`):
-            Lower bound of `epsilon_high`.
-        adaptive_clip_max (`float`, *optional*, defaults to `1.0`):
-            Upper bound of `epsilon_high`.
-        adaptive_clip_warmup_steps (`int`, *optional*, defaults to `0`):
-            Optimizer steps during which `epsilon_high` is held at its initial value (TRL's `epsilon_high`, or
-            `epsilon` when that is unset) while the window fills.
         allow_trl_adaptive_entropy (`bool`, *optional*, defaults to `False`):
             Opt-in to run an entropy control together with TRL's own adaptive entropy coefficient
             (`use_adaptive_entropy=True`). Two controllers acting on one quantity usually fight; this must be explicit.
@@ -314,85 +287,17 @@ class GRPOEntropyConfig(GRPOConfig):
             `True`, it also re-runs the function on one completion at a time to find the first failing one and names
             its index and prompt: up to one extra call per completion of the batch, which is costly for sandboxed,
             remote or paid reward functions. Async reward functions are never re-run.
+        entropy_control_settings (`dict` or `str`, *optional*):
+            Settings of a control registered outside the package that declares a `settings_class` (a dataclass):
+            a dict of its field names and values, or the same as a JSON object on the command line
+            (`--entropy_control_settings '{"my_gain": 0.5}'`). Only the chosen control's settings are read; the
+            built-in controls' settings are the fields of their own groups below.
 
-    > Entrocraft (`entropy_control="entrocraft"`, Li et al. 2026)
-
-    Parameters:
-        entrocraft_mode (`str`, *optional*, defaults to `"stochastic"`):
-            `"stochastic"`: the paper's rule, keep rollout i iff u <= exp(gamma * m * A_i), u ~ U[0, 1), with
-            m = 1[H > h_high] - 1[H < h_low]. `"hard"`: the authors' released code (gamma -> infinity): above the band
-            keep only positive-advantage rollouts, below it only negative ones, inside it keep all.
-        entrocraft_gamma (`float`, *optional*, defaults to `10.0`):
-            Temperature gamma of the stochastic acceptance; >= 0.
-        entrocraft_band (`float`, *optional*, defaults to `0.1`):
-            Width of the entropy band around the scheduled target: h_low/h_high = target -/+ band/2 (0.1 in every
-            released script).
-        entrocraft_normalizer (`str`, *optional*, defaults to `"kept"`):
-            `"kept"`: rejected rollouts leave the loss normaliser (the paper's 1/|S_x|). `"all"`: as the released
-            code, rejected rollouts only get a zero advantage and still count in the normaliser. With `"kept"` they
-            also leave TRL's own `entropy` metric, which then covers kept rollouts only, while
-            `entropy_control/measured` (the entropy the control acts on, and the one the model card and pictures
-            report) covers every rollout; the two curves differ whenever rollouts are rejected.
-        entrocraft_entropy_source (`str`, *optional*, defaults to `"auto"`):
-            Where the pre-update entropy H of the rollout batch comes from. `"scoring_pass"`: the old-log-prob
-            forward TRL already runs when updates are off-policy (no extra pass; an error when TRL runs none).
-            `"extra_pass"`: an extra no-grad forward on the rollouts. `"lagged"`: the entropy measured during the
-            previous optimizer step (no extra compute, one step of lag; the first generation uses an extra pass).
-            `"auto"`: `"scoring_pass"` when TRL runs one, else `"lagged"`.
-
-    > Advantage-sign reweighting (`"positive_reweight"`, Jin et al.; `"w_reinforce"`, Zhu et al.)
-
-    Parameters:
-        positive_reweight_schedule (`str`, *optional*, defaults to `"entropy"`):
-            How lambda, the weight of positive-advantage tokens, moves: `"entropy"` (lambda -= step when the measured
-            entropy is below the target, += step otherwise, clipped to [0, 1]), `"stage"` (0 for the first half of
-            training, then linear 0 -> 1) or `"epoch"` (lambda = (e - 1) / (E - 1) over `positive_reweight_epochs`).
-        positive_reweight_lambda_init (`float`, *optional*, defaults to `0.0`):
-            Initial lambda, in [0, 1].
-        positive_reweight_step (`float`, *optional*, defaults to `0.05`):
-            Step of lambda per optimizer step for the `"entropy"` schedule, in [0, 1] (0 only with
-            `positive_reweight_kp > 0`).
-        positive_reweight_kp (`float`, *optional*, defaults to `0.0`):
-            Proportional gain for the `"entropy"` schedule, >= 0. 0 is the paper's stepped rule. With kp > 0 the
-            stepped value I becomes the integral part and lambda = clip(I + kp * (H - target) / target, 0, 1), so
-            lambda drops in the same step in which entropy falls below the target. On SmolLM2 it did not track
-            better than the paper's rule (docs/benchmarks.md).
-        positive_reweight_epochs (`int`, *optional*, defaults to `5`):
-            Number of equal stages E for the `"epoch"` schedule; >= 2.
-        w_reinforce_lambda (`float`, *optional*, defaults to `0.1`):
-            W-REINFORCE: weight of positive-advantage rollouts (negatives get 1), in [0, 1].
-
-    > Clip-Cov / KL-Cov (`entropy_control="clip_cov"` / `"kl_cov"`, Cui et al. 2025)
-
-    Parameters:
-        cov_scope (`str`, *optional*, defaults to `"global"`):
-            Token set of the covariance statistic and the selection. `"global"`: once per optimizer step over all
-            completion tokens of the step's micro-batches on all processes (means from all-reduced sums, quota from
-            the global token count, exact global top-k / uniform draw); costs one extra no-grad forward per step.
-            `"local"`: per micro-batch and per process, from the loss forward itself, as verl and the authors' code
-            (the selected-token count then depends on the micro-batch size and the number of processes).
-        clip_cov_ratio (`float`, *optional*, defaults to `0.0002`):
-            Clip-Cov: fraction (not percent) of the valid tokens to detach, quota `max(1, int(ratio * n))`; 0 selects
-            nothing. In [0, 1].
-        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
-            Clip-Cov: candidates have covariance strictly above this bound.
-        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
-            Clip-Cov: candidates have covariance strictly below this bound; > `clip_cov_lb`.
-        kl_cov_ratio (`float`, *optional*, defaults to `0.002`):
-            KL-Cov: fraction of the valid tokens (top by covariance) that get the KL penalty; in [0, 1]; 0 selects
-            nothing. (The authors' 7B runs: `k_percent=0.2`, i.e. 0.002; verl's default is 0.0002.)
-        kl_cov_coef (`float`, *optional*, defaults to `1.0`):
-            KL-Cov: coefficient of `|logp - logp_old|` on the selected tokens (verl `ppo_kl_coef`); >= 0.
-
-    > EntroPIC (`entropy_control="entropic"`, Yang et al. 2025)
-
-    Parameters:
-        entropic_kp (`float`, *optional*, defaults to `1.0`):
-            Proportional gain of the PI controller, alpha = clamp(ki * I + kp * (H - H*), -1, 1); >= 0.
-        entropic_ki (`float`, *optional*, defaults to `0.01`):
-            Integral gain (I accumulates H - H* once per optimizer step); >= 0.
-        entropic_high_prob_threshold (`float`, *optional*, defaults to `0.95`):
-            The adjustment `alpha * mean(-r |A|)` covers the tokens with probability above this value; in (0, 1).
+    Each built-in control's own settings are a group of fields, documented with the control (its module in
+    `trl_entropy.controls`): `EntropyBonusSettings`, `AdaptiveClipSettings`, `EntrocraftSettings`,
+    `PositiveReweightSettings`, `WReinforceSettings`, `CovarianceSettings`, `ClipCovSettings`, `KLCovSettings`,
+    `EntropicSettings`. Every field is a field of this config (and of `trl-entropy grpo`); a group's fields are
+    checked only when its control is chosen.
 
     Clip-Cov and KL-Cov act through the importance ratio: fully on-policy (one optimizer step per generation batch,
     `num_iterations=1`) KL-Cov reduces to plain policy gradient and Clip-Cov only drops a few tokens' gradient; the
@@ -404,263 +309,10 @@ class GRPOEntropyConfig(GRPOConfig):
     (one optimizer step per generation batch) `epsilon_high` has no effect and the trainer warns.
     """
 
-    entropy_control: str = field(
-        default="none",
-        metadata={
-            "help": "Entropy control: 'none' (plain GRPO), 'entropy_bonus', 'trl_adaptive', 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
-            "'positive_reweight', 'w_reinforce' or 'entropic', or a control registered with "
-            "trl_entropy.register_control (on the command line: import its module with --entropy_control_module).",
-            "choices": ENTROPY_CONTROLS,  # live: a control registered before parsing is a valid choice
-        },
-    )
-    # Annotated `str` so command-line/YAML parsing works; in Python a callable fn(step, total_steps) is accepted too.
-    entropy_schedule: str | None = field(
+    entropy_control_settings: dict | str | None = field(
         default=None,
-        metadata={
-            "help": "Target entropy curve: 'constant', 'linear', 'cosine' or 'wsd' (warmup-stable-anneal); in "
-            "Python also a callable fn(step, total_steps) -> nats. Defaults to 'constant' for target-following "
-            "controls; must be unset with entropy_control='none'.",
-            "choices": ["constant", "linear", "cosine", "wsd"],
-        },
-    )
-    # Annotated `float | str` so that the command line and YAML accept "initial" and "0.5*initial" next to numbers.
-    entropy_schedule_start: float | str | None = field(
-        default=None,
-        metadata={"help": "Target entropy (nats per completion token) at the start of training, >= 0; or 'initial' "
-                  "(the starting model's entropy, measured on the first generation batch) or a fraction of it, "
-                  "e.g. '0.9*initial'."},
-    )
-    entropy_schedule_end: float | str | None = field(
-        default=None,
-        metadata={"help": "Target entropy on the last optimizer step, >= 0, or a fraction of the initial entropy "
-                  "('0.5*initial'). Required by 'linear', 'cosine' and 'wsd' (for 'wsd' <= entropy_schedule_start); "
-                  "'constant' ignores it."},
-    )
-    entropy_schedule_warmup_steps: int = field(
-        default=0,
-        metadata={"help": "Optimizer steps during which the target is held at its start value; >= 0."},
-    )
-    entropy_schedule_anneal_ratio: float = field(
-        default=0.1,
-        metadata={"help": "For 'wsd': fraction of training, in (0, 1], spent annealing at the end."},
-    )
-    saturation_window: int = field(
-        default=20,
-        metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
-                  "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
-    )
-    entropy_measurement: str = field(
-        default="step",
-        metadata={"help": "The entropy a control acts on: 'step' (the optimizer step's own completions) or "
-                  "'generation_batch' (the current policy's entropy on the whole generation batch, estimated from "
-                  "the step's tokens against their entropy at generation; no extra forward)."},
-    )
-    entropy_bonus_kp: float = field(
-        default=0.25,
-        metadata={"help": "Entropy bonus: proportional gain, coefficient per unit of relative entropy error at the "
-                  "reference authority; >= 0, default 0.25."},
-    )
-    entropy_bonus_ki: float = field(
-        default=0.03,
-        metadata={"help": "Entropy bonus: integral gain per optimizer step, coefficient per unit of relative error; "
-                  ">= 0, default 0.03."},
-    )
-    entropy_bonus_kff: float = field(
-        default=2.0,
-        metadata={"help": "Entropy bonus: feed-forward gain on the target's relative slope per step (an anneal moves "
-                  "the coefficient before an error builds up); >= 0, default 2."},
-    )
-    entropy_bonus_min: float = field(
-        default=-0.1,
-        metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0, default "
-                  "-0.1. Small on purpose: a penalty sharpens the policy blind to the reward."},
-    )
-    entropy_bonus_max: float = field(
-        default=0.5,
-        metadata={"help": "Entropy bonus: upper bound of the coefficient; >= 0, default 0.5."},
-    )
-    entropy_bonus_bound_limit: float = field(
-        default=1.0,
-        metadata={"help": "Entropy bonus: the most either bound may grow to when the error keeps pushing past it; >= "
-                  "the size of entropy_bonus_min and entropy_bonus_max, default 1."},
-    )
-    entropy_bonus_bound_patience: int = field(
-        default=10,
-        metadata={"help": "Entropy bonus: steps in a row the coefficient must sit at a bound, pushed further, before "
-                  "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1, default 10."},
-    )
-    entropy_bonus_horizon: float = field(
-        default=6.0,
-        metadata={"help": "Entropy bonus: optimizer steps ahead at which the filtered entropy is predicted from its "
-                  "trend (brakes before an overshoot); >= 0, default 6, 0 = feed back the filtered level."},
-    )
-    entropy_bonus_level_smoothing: float = field(
-        default=0.4,
-        metadata={"help": "Entropy bonus: weight of the newest measurement in the filtered level, in (0, 1], default "
-                  "0.4."},
-    )
-    entropy_bonus_trend_smoothing: float = field(
-        default=0.2,
-        metadata={"help": "Entropy bonus: weight of the newest level change in the filtered trend, in (0, 1], default "
-                  "0.2."},
-    )
-    entropy_bonus_adapt_gain: bool = field(
-        default=True,
-        metadata={"help": "Entropy bonus: scale kp, ki and kff by entropy_bonus_authority / g, with g the knob's "
-                  "authority estimated online (held within 5x of the reference; raised above 1 only as far as the "
-                  "measurement is cleaner than 0.25 relative noise per step); default True."},
-    )
-    entropy_bonus_authority: float = field(
-        default=1.0,
-        metadata={"help": "Entropy bonus: reference authority (relative entropy change per step per unit of "
-                  "coefficient) at which the gains are given, and the online estimate's start; > 0, default 1."},
-    )
-    entropy_bonus_momentum_compensation: float = field(
-        default=0.5,
-        metadata={"help": "Entropy bonus: fraction of the optimizer's first-moment lag (Adam's beta1) the applied "
-                  "coefficient cancels, in [0, 1], default 0.5 (1: the momentum average of the coefficient follows "
-                  "the law without lag; 0: the law's output is applied as it is)."},
-    )
-    entropy_bonus_compensation_clip: str = field(
-        default="symmetric",
-        metadata={"help": "Entropy bonus: how far the momentum-compensated coefficient may move: 'symmetric' (the "
-                  "default: within +-2 * max(entropy_bonus_max, -entropy_bonus_min), as far down as up) or 'bounds' "
-                  "(within twice each bound). The optimizer's average stays within the bounds either way.",
-                  "choices": list(EntropyBonusController.COMPENSATION_CLIPS)},
-    )
-    entropy_bonus_assist: bool = field(
-        default=False,
-        metadata={"help": "Give a target-following paper control (adaptive_clip, entrocraft, positive_reweight, "
-                  "entropic) the feedback entropy bonus as a second actuator, used only while the paper's knob is "
-                  "saturated."},
-    )
-    entropy_bonus_assist_window: int = field(
-        default=5,
-        metadata={"help": "Entropy bonus assist: optimizer steps the paper's knob must sit at a limit before the bonus "
-                  "takes over, and off its limits before the bonus starts handing back; >= 1."},
-    )
-    adaptive_clip_delta: float = field(
-        default=0.02,
-        metadata={"help": "Adaptive clip: step by which epsilon_high moves each optimizer step; > 0."},
-    )
-    adaptive_clip_window: int = field(
-        default=4,
-        metadata={"help": "Adaptive clip: sliding window (optimizer steps) of the entropy and target means; >= 1."},
-    )
-    adaptive_clip_min: float = field(
-        default=0.0,
-        metadata={"help": "Adaptive clip: lower bound of epsilon_high; >= 0 and <= adaptive_clip_max."},
-    )
-    adaptive_clip_max: float = field(
-        default=1.0,
-        metadata={"help": "Adaptive clip: upper bound of epsilon_high; >= adaptive_clip_min."},
-    )
-    adaptive_clip_warmup_steps: int = field(
-        default=0,
-        metadata={"help": "Adaptive clip: optimizer steps with epsilon_high held at its initial value; >= 0."},
-    )
-    allow_trl_adaptive_entropy: bool = field(
-        default=False,
-        metadata={"help": "Opt in to combining an entropy control with TRL's use_adaptive_entropy."},
-    )
-    entropy_plots: bool = field(
-        default=True,
-        metadata={
-            "help": "Write entropy_curves.png (entropy vs target), entropy_knob.png, reward.png and pass_at_k.png "
-            "into output_dir at every save and at the end of training (needs matplotlib; skipped without it)."
-        },
-    )
-    model_card_base_model: str | None = field(
-        default=None,
-        metadata={
-            "help": "Hub model id written as base_model on the model card (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') "
-            "when the model was loaded from a local folder; by default taken from the model's name or cache folder."
-        },
-    )
-
-    max_unscorable_batches: int | None = field(
-        default=3,
-        metadata={
-            "help": "Stop with an error after this many generation batches in a row in which no completion got a "
-            "reward (all None/NaN: zero advantages, no policy gradient); each one warns. >= 1, or None to only warn."
-        },
-    )
-
-    reward_error_search: bool = field(
-        default=False,
-        metadata={
-            "help": "When a reward function raises, re-run it on one completion at a time to name the first failing "
-            "completion (index and prompt). Off by default: up to one extra call per completion, costly for "
-            "sandboxed or paid rewards."
-        },
-    )
-
-    entrocraft_mode: str = field(
-        default="stochastic",
-        metadata={"help": "Entrocraft: 'stochastic' (paper, keep iff u <= exp(gamma*m*A)) or 'hard' (released code)."},
-    )
-    entrocraft_gamma: float = field(
-        default=10.0, metadata={"help": "Entrocraft: temperature gamma of the stochastic acceptance; >= 0."}
-    )
-    entrocraft_band: float = field(
-        default=0.1, metadata={"help": "Entrocraft: band width around the target, h = target -/+ band/2; >= 0."}
-    )
-    entrocraft_normalizer: str = field(
-        default="kept",
-        metadata={"help": "Entrocraft: 'kept' (rejected rollouts leave the loss normaliser, paper) or 'all' "
-                  "(released code: zero advantage, still in the normaliser)."},
-    )
-    entrocraft_entropy_source: str = field(
-        default="auto",
-        metadata={"help": "Entrocraft: source of the pre-update rollout entropy: 'auto', 'scoring_pass', "
-                  "'extra_pass' or 'lagged'."},
-    )
-    positive_reweight_schedule: str = field(
-        default="entropy",
-        metadata={"help": "Positive reweighting: how lambda moves: 'entropy' (feedback), 'stage' or 'epoch'."},
-    )
-    positive_reweight_lambda_init: float = field(
-        default=0.0, metadata={"help": "Positive reweighting: initial lambda, in [0, 1]."}
-    )
-    positive_reweight_step: float = field(
-        default=0.05,
-        metadata={"help": "Positive reweighting: lambda step per optimizer step, in [0, 1] (0 only with "
-                  "positive_reweight_kp > 0)."},
-    )
-    positive_reweight_kp: float = field(
-        default=0.0,
-        metadata={"help": "Positive reweighting: proportional gain on the relative entropy error, >= 0; 0 is the "
-                  "paper's stepped rule, > 0 adds lambda += kp * (H - target) / target."},
-    )
-    positive_reweight_epochs: int = field(
-        default=5, metadata={"help": "Positive reweighting, 'epoch' schedule: number of stages E; >= 2."}
-    )
-    w_reinforce_lambda: float = field(
-        default=0.1, metadata={"help": "W-REINFORCE: weight of positive-advantage rollouts, in [0, 1]."}
-    )
-
-    cov_scope: str = field(
-        default="global",
-        metadata={"help": "Clip-Cov/KL-Cov statistic scope: 'global' (whole optimizer step, all processes) or "
-                  "'local' (per micro-batch and process, as verl)."},
-    )
-    clip_cov_ratio: float = field(
-        default=2e-4, metadata={"help": "Clip-Cov: fraction of valid tokens to detach, in [0, 1]; 0 = none."}
-    )
-    clip_cov_lb: float = field(default=1.0, metadata={"help": "Clip-Cov: lower covariance bound (strict)."})
-    clip_cov_ub: float = field(
-        default=5.0, metadata={"help": "Clip-Cov: upper covariance bound (strict), > clip_cov_lb."}
-    )
-    kl_cov_ratio: float = field(
-        default=2e-3, metadata={"help": "KL-Cov: fraction of valid tokens (top covariance) penalised, in [0, 1]."}
-    )
-    kl_cov_coef: float = field(
-        default=1.0, metadata={"help": "KL-Cov: coefficient of |logp - logp_old| on selected tokens; >= 0."}
-    )
-    entropic_kp: float = field(default=1.0, metadata={"help": "EntroPIC: proportional gain; >= 0."})
-    entropic_ki: float = field(default=0.01, metadata={"help": "EntroPIC: integral gain; >= 0."})
-    entropic_high_prob_threshold: float = field(
-        default=0.95, metadata={"help": "EntroPIC: probability above which tokens get the adjustment, in (0, 1)."}
+        metadata={"help": "Settings of a control registered outside the package (its settings_class), as a JSON "
+                          "object, e.g. '{\"my_gain\": 0.5}'."},
     )
 
     def __post_init__(self):
@@ -967,7 +619,7 @@ class GRPOEntropyConfig(GRPOConfig):
                 setattr(self, name, number)  # "0.8" from the command line is 0.8
             else:
                 setattr(self, name, INITIAL if number == 1.0 else f"{number:g}*{INITIAL}")
-        self._validate_entropy_bonus_fields()
+        self._validate_assist()
         if not isinstance(self.entropy_schedule_warmup_steps, int) or self.entropy_schedule_warmup_steps < 0:
             raise ValueError(
                 f"entropy_schedule_warmup_steps must be an integer >= 0, got {self.entropy_schedule_warmup_steps!r}."
@@ -982,47 +634,22 @@ class GRPOEntropyConfig(GRPOConfig):
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {ratio!r}.")
         self._validate_schedule_shape(schedule_defaulted)
 
-        # adaptive clip
-        if not _is_number(self.adaptive_clip_delta) or self.adaptive_clip_delta <= 0:
-            raise ValueError(f"adaptive_clip_delta must be a finite number > 0, got {self.adaptive_clip_delta!r}.")
         self._validate_choice("entropy_measurement", ENTROPY_MEASUREMENTS)
         if isinstance(self.saturation_window, bool) or not isinstance(self.saturation_window, int) \
                 or self.saturation_window < 1:
             raise ValueError(f"saturation_window must be an integer >= 1, got {self.saturation_window!r}.")
-        if not isinstance(self.adaptive_clip_window, int) or self.adaptive_clip_window < 1:
-            raise ValueError(f"adaptive_clip_window must be an integer >= 1, got {self.adaptive_clip_window!r}.")
-        if not _is_number(self.adaptive_clip_min) or self.adaptive_clip_min < 0:
-            raise ValueError(f"adaptive_clip_min must be a finite number >= 0, got {self.adaptive_clip_min!r}.")
-        if not _is_number(self.adaptive_clip_max) or self.adaptive_clip_max < self.adaptive_clip_min:
-            raise ValueError(
-                f"adaptive_clip_max must be a finite number >= adaptive_clip_min ({self.adaptive_clip_min}), got "
-                f"{self.adaptive_clip_max!r}."
-            )
-        if not isinstance(self.adaptive_clip_warmup_steps, int) or self.adaptive_clip_warmup_steps < 0:
-            raise ValueError(
-                f"adaptive_clip_warmup_steps must be an integer >= 0, got {self.adaptive_clip_warmup_steps!r}."
-            )
 
         limit = self.max_unscorable_batches
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"max_unscorable_batches must be an integer >= 1 or None, got {limit!r}.")
 
-        self._validate_choice("cov_scope", COV_SCOPES)
-        self._validate_range("clip_cov_ratio", 0.0, 1.0)
-        self._validate_range("kl_cov_ratio", 0.0, 1.0)
-        self._validate_range("kl_cov_coef", 0.0, math.inf)
-        for name in ("clip_cov_lb", "clip_cov_ub"):
-            if not _is_number(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}.")
-        if not self.clip_cov_lb < self.clip_cov_ub:
-            raise ValueError(
-                f"clip_cov_lb must be < clip_cov_ub, got clip_cov_lb={self.clip_cov_lb}, clip_cov_ub={self.clip_cov_ub}."
-            )
-        self._validate_range("entropic_kp", 0.0, math.inf)
-        self._validate_range("entropic_ki", 0.0, math.inf)
-        thr = self.entropic_high_prob_threshold
-        if not _is_number(thr) or not (0.0 < thr < 1.0):
-            raise ValueError(f"entropic_high_prob_threshold must be a number in (0, 1), got {thr!r}.")
+        # The chosen control's own settings, and only its (the feedback bonus's too when it assists); then its checks
+        # of how they fit the rest of the config.
+        self._check_control_settings_field(control_cls)
+        if control_cls is not None:
+            control_cls.validate_settings(self)
+        if self.entropy_bonus_assist and control != "entropy_bonus":
+            _control_registry()["entropy_bonus"].validate_settings(self)
         if control_cls is not None and control_cls.uses_token_hooks:  # shared by every control with token hooks
             # On trl_entropy's own loss path (Clip-Cov, KL-Cov) these are what the path implements; EntroPIC adds its
             # term to TRL's own loss (additive_loss_term) but keeps the same limits, the settings it is tested in.
@@ -1043,24 +670,6 @@ class GRPOEntropyConfig(GRPOConfig):
                     "implement TRL's use_adaptive_entropy; turn it off (a static entropy_coef works)."
                 )
 
-        self._validate_choice("entrocraft_mode", ENTROCRAFT_MODES)
-        self._validate_choice("entrocraft_normalizer", ENTROCRAFT_NORMALIZERS)
-        self._validate_choice("entrocraft_entropy_source", ENTROCRAFT_ENTROPY_SOURCES)
-        self._validate_choice("positive_reweight_schedule", POSITIVE_REWEIGHT_SCHEDULES)
-        self._validate_range("entrocraft_gamma", 0.0, math.inf)
-        self._validate_range("entrocraft_band", 0.0, math.inf)
-        self._validate_range("positive_reweight_lambda_init", 0.0, 1.0)
-        self._validate_range("positive_reweight_kp", 0.0, math.inf)
-        if self.positive_reweight_step == 0 and self.positive_reweight_kp == 0:
-            raise ValueError(
-                "positive_reweight_step = 0 with positive_reweight_kp = 0 would never move lambda: set "
-                "positive_reweight_step in (0, 1], or positive_reweight_kp > 0 for a proportional-only rule."
-            )
-        self._validate_range("positive_reweight_step", 0.0, 1.0)
-        self._validate_range("w_reinforce_lambda", 0.0, 1.0)
-        if not isinstance(self.positive_reweight_epochs, int) or self.positive_reweight_epochs < 2:
-            raise ValueError(f"positive_reweight_epochs must be an integer >= 2, got {self.positive_reweight_epochs!r}.")
-
         if control_cls is not None:
             control_cls.validate(self)  # the chosen control's own checks (trl_entropy.controls)
 
@@ -1077,31 +686,8 @@ class GRPOEntropyConfig(GRPOConfig):
         """Whether the schedule's start or end is given relative to the starting model's measured entropy."""
         return any(isinstance(v, str) for v in (self.entropy_schedule_start, self.entropy_schedule_end))
 
-    def _validate_entropy_bonus_fields(self) -> None:
-        for name in ("entropy_bonus_kp", "entropy_bonus_ki", "entropy_bonus_kff", "entropy_bonus_horizon"):
-            self._validate_range(name, 0.0, math.inf)
-        self._validate_range("entropy_bonus_min", -math.inf, 0.0)
-        self._validate_range("entropy_bonus_max", 0.0, math.inf)
-        authority = self.entropy_bonus_authority
-        if not (_is_number(authority) and authority > 0):
-            raise ValueError(f"entropy_bonus_authority must be a finite number > 0, got {authority!r}.")
-        self._validate_range("entropy_bonus_momentum_compensation", 0.0, 1.0)
-        self._validate_choice("entropy_bonus_compensation_clip", EntropyBonusController.COMPENSATION_CLIPS)
-        self._validate_range("entropy_bonus_level_smoothing", 0.0, 1.0, low_open=True)
-        self._validate_range("entropy_bonus_trend_smoothing", 0.0, 1.0, low_open=True)
-        size = max(-self.entropy_bonus_min, self.entropy_bonus_max)
-        limit = self.entropy_bonus_bound_limit
-        if not _is_number(limit) or limit < size:
-            raise ValueError(
-                f"entropy_bonus_bound_limit must be a finite number >= max(-entropy_bonus_min, entropy_bonus_max) = "
-                f"{size}, got {limit!r}."
-            )
-        patience = self.entropy_bonus_bound_patience
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"entropy_bonus_bound_patience must be an integer >= 1, got {patience!r}.")
-        window = self.entropy_bonus_assist_window
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"entropy_bonus_assist_window must be an integer >= 1, got {window!r}.")
+    def _validate_assist(self) -> None:
+        """``entropy_bonus_assist=True`` needs a paper control that can take the bonus as a second actuator."""
         control = self.entropy_control
         if self.entropy_bonus_assist:
             if not self._can_take_assist():
@@ -1149,6 +735,21 @@ class GRPOEntropyConfig(GRPOConfig):
                 "move it to entropy_schedule_end.",
                 UserWarning,
                 stacklevel=4,
+            )
+
+    def _check_control_settings_field(self, control_cls) -> None:
+        """``entropy_control_settings`` belongs to a control registered outside the package with settings of its
+        own (a ``settings_class`` whose fields are not the config's): refused for any other."""
+        given = parse_control_settings(self.entropy_control_settings)
+        if not given:
+            return
+        own = control_cls is not None and control_cls.settings_class is not None and any(
+            f.name not in self.__dataclass_fields__ for f in fields(control_cls.settings_class))
+        if not own:
+            raise ValueError(
+                f"entropy_control_settings={self.entropy_control_settings!r} set, but entropy_control="
+                f"{self.entropy_control!r} declares no settings of its own (a built-in control's settings are config "
+                "fields: set them directly)."
             )
 
     def _validate_choice(self, name: str, choices: tuple) -> None:
