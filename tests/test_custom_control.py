@@ -63,6 +63,7 @@ def test_the_example_control_trains_logs_and_is_on_the_card(example, tmp_path):
     assert "negative_feedback" in card and cls.card_text in card
     assert "negative_weight" in card  # the knob's range over the run
     assert "zhu2025negative" in card  # its citation
+    assert "negative_feedback_kp" in card and "negative_feedback_w_max" in card  # its own settings, as it ran
 
 
 def test_a_user_control_is_accepted_with_its_target_decision(example, tmp_path):

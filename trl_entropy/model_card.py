@@ -320,6 +320,21 @@ def _epsilon_high_text(args) -> str:
     return f"{_fmt(args.epsilon)} (unset; TRL uses `epsilon`)"
 
 
+def _own_settings(control: str, args) -> list[tuple[str, object]]:
+    """The settings of a control registered outside the package (its ``settings_class`` fields that are not config
+    fields, from ``entropy_control_settings`` or their defaults), as (name, value) for the card's parameters."""
+    import dataclasses
+
+    from .controls import CONTROL_REGISTRY
+
+    cls = CONTROL_REGISTRY.get(control)
+    if cls is None or cls.settings_class is None:
+        return []
+    settings = cls.settings_from(args)
+    config_fields = getattr(args, "__dataclass_fields__", {})
+    return [(f.name, getattr(settings, f.name)) for f in dataclasses.fields(settings) if f.name not in config_fields]
+
+
 def _param_text(args, name: str):
     return _epsilon_high_text(args) if name == "epsilon_high" else getattr(args, name)
 
@@ -423,6 +438,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
                         "saturated, and handed back when it recovered.")
         prefixes = (*prefixes, "entropy_bonus_", "entropy_coef")
     params = [(f, _param_text(args, f)) for f in sorted(vars(args)) if any(f.startswith(p) for p in prefixes)]
+    params += _own_settings(control, args)
     if getattr(args, "entropy_schedule", None) is not None:
         params += [(f, getattr(args, f)) for f in ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
                                                    "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")]
