@@ -109,7 +109,7 @@ USED_PRIVATE_NAMES = (
     "_metrics",  # log_metric, has_metrics: grpo_entropy_trainer.py, faults.py, policy_loss.py, callbacks.py, ...
     "_step",  # micro_step: TRL's micro-batch counter (grpo_entropy_trainer.py: token plan, _hooked_compute_loss)
     "_buffered_inputs",  # buffered_inputs (grpo_entropy_trainer.py), clear_buffered_inputs (curriculum.py)
-    "_entropy_bonus_enabled",  # set_entropy_coefficient, entropy_bonus_enabled: controls.py, losses/policy_loss.py
+    "_entropy_bonus_enabled",  # set_entropy_coefficient, entropy_bonus_enabled (controls/, losses/policy_loss.py)
     # -- class attributes
     "_tag_names",  # TRL _BaseTrainer/GRPOTrainer model-card tags; overridden by GRPOEntropyTrainer._tag_names
     # -- transformers.PretrainedConfig
