@@ -133,7 +133,8 @@ def _free_port() -> int:
 
 def launch_command(run: dict, config: str, model: str, out: str, steps: int, server_port: int | None) -> list[str]:
     spec = dict(run, model=model, out=out, steps=steps, server_port=server_port)
-    return ["accelerate", "launch", "--config_file", config, "--main_process_port", str(_free_port()),
+    # this interpreter's accelerate, whether or not its environment's bin folder is on PATH
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--main_process_port", str(_free_port()),
             "-m", "benchmarks.gpu_engines", "--worker", json.dumps(spec)]
 
 
