@@ -375,7 +375,7 @@ def parameter_names(func) -> tuple[str, ...]:
 
 def listed_names() -> list[str]:
     """Every name of the two lists, once, in order."""
-    return list(dict.fromkeys(_trl_private.OVERRIDDEN_METHODS + _trl_private.USED_PRIVATE_NAMES))
+    return list(dict.fromkeys((*_trl_private.OVERRIDDEN_METHODS, *_trl_private.USED_PRIVATE_NAMES)))
 
 
 def _listed_methods() -> list[str]:
@@ -754,7 +754,7 @@ def test_record_covers_the_listed_names(capsys):
             print(f"\n# ---- paste over the RECORD block of tests/test_trl_drift.py ----\n{current_record_block()}\n")
     problems = []
     for tup in ("OVERRIDDEN_METHODS", "USED_PRIVATE_NAMES"):
-        names = getattr(_trl_private, tup)
+        names = list(getattr(_trl_private, tup))
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             problems.append(f"{LISTS} {tup} lists {dupes} more than once.")
@@ -843,6 +843,24 @@ def test_every_override_is_listed():
             )
     if problems:
         _fail("GRPOEntropyTrainer's overrides and OVERRIDDEN_METHODS disagree", problems)
+
+
+def override_table() -> str:
+    """docs/architecture.md's table of the overrides, as rendered from `_trl_private.OVERRIDDEN_METHODS`."""
+    rows = [f"| `{name}` | {reason} |" for name, reason in _trl_private.OVERRIDDEN_METHODS.items()]
+    return "\n".join(["| Override | Why it exists |", "|---|---|", *rows])
+
+
+def test_every_override_has_a_reason_and_the_docs_table_shows_them():
+    """One place for the overrides and their reasons (`OVERRIDDEN_METHODS`, a dict); docs/architecture.md shows it.
+    Paste `override_table()` there after changing the dict."""
+    empty = [name for name, reason in _trl_private.OVERRIDDEN_METHODS.items()
+             if not isinstance(reason, str) or not reason.strip()]
+    assert not empty, f"{LISTS} OVERRIDDEN_METHODS gives no reason for {empty}."
+    doc = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert override_table() in doc, (
+        "docs/architecture.md's table of overrides differs from OVERRIDDEN_METHODS; replace it with:\n"
+        + override_table())
 
 
 def test_our_instance_attributes_do_not_shadow_trl():

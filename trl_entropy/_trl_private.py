@@ -72,23 +72,37 @@ PRIVATE_ATTRIBUTES = ("_metrics", "_step", "_buffered_inputs", "_entropy_bonus_e
 
 #: Methods of trl.GRPOTrainer (or of a base: TRL's `_BaseTrainer`, transformers' `Trainer`) that GRPOEntropyTrainer
 #: (trl_entropy/trainers/grpo_entropy_trainer.py) or the mixin it inherits before GRPOTrainer (FaultHandlingMixin,
-#: trl_entropy/trainers/faults.py) overrides. Each override calls the base method through `super()`, so it depends on
-#: the base's parameters (recorded in tests/test_trl_drift.py) as well as on its existence.
-OVERRIDDEN_METHODS = (
-    "__init__",  # GRPOTrainer: binds GRPOTrainer.__init__'s signature to check train_dataset before the model loads
-    "_get_per_token_logps_and_entropies",  # GRPOTrainer: captures the loss forward's and the scoring pass's entropies
-    "_generate_and_score_completions",  # GRPOTrainer: rollout controls (Entrocraft), non-finite advantages
-    "_calculate_rewards",  # GRPOTrainer (in faults.py): unscorable-batch checks around TRL's reward computation
-    "_prepare_inputs",  # GRPOTrainer: per-micro-batch advantage weights and the global token plan (cov_scope)
-    "_compute_loss",  # GRPOTrainer: token hooks (policy_loss.trainer_compute_loss) and the per-step entropy window
-    "_save_checkpoint",  # GRPOTrainer (over Trainer): model card and entropy_control_state.json in each checkpoint
-    "_push_from_checkpoint",  # transformers Trainer: control state before the upload; faults.py keeps the futures
-    "_finish_current_push",  # transformers Trainer (faults.py): after waiting for the uploads, warns about failed ones
-    "init_hf_repo",  # transformers Trainer (faults.py): one short error when the Hub repo cannot be created or reached
-    "_load_optimizer_and_scheduler",  # GRPOTrainer (over Trainer): restores the control state on resume
-    "create_model_card",  # TRL _BaseTrainer: trl-entropy's model card instead of TRL's
-    "save_model",  # transformers Trainer: card and pictures; passes Trainer's private `_internal_call` parameter
-)
+#: trl_entropy/trainers/faults.py) overrides, each with the reason it exists: the one list of the overrides.
+#: docs/architecture.md ("Overrides of TRL") shows it as a table; tests/test_trl_drift.py fails when an override is
+#: added without an entry here, when an entry has no reason, and when the table differs. Each override calls the base
+#: method through `super()`, so it depends on the base's parameters (recorded in tests/test_trl_drift.py) as well as on
+#: its existence.
+OVERRIDDEN_METHODS: dict[str, str] = {
+    "__init__": "checks the training set before the model loads (binds `GRPOTrainer.__init__`'s signature), starts "
+                "vLLM on CPU in the policy's dtype, guards the reward functions, builds the control and its schedule",
+    "_get_per_token_logps_and_entropies": "captures the entropies of TRL's loss forward (the measured entropy) and of "
+                                          "its old-log-prob pass (rollout controls, `generation_batch` measurement)",
+    "_generate_and_score_completions": "zeroes non-finite advantages, resolves an initial-entropy schedule, and lets "
+                                       "rollout controls (Entrocraft) reject rollouts after TRL computed advantages",
+    "_calculate_rewards": "faults.py: counts generation batches without any reward (stops at "
+                          "`max_unscorable_batches`) and warns when no group has reward spread",
+    "_prepare_inputs": "per-micro-batch advantage weights (positive reweighting, W-REINFORCE) on a copy, and the global "
+                       "token plan of `cov_scope=\"global\"` before a step's first micro-batch",
+    "_compute_loss": "runs the control's loss path (token hooks, or TRL's loss plus an additive term) and accumulates "
+                     "the step's entropy sums; at the optimizer-step boundary the control observes and acts",
+    "_save_checkpoint": "writes the model card and `entropy_control_state.json` into every checkpoint",
+    "_push_from_checkpoint": "writes the control state before the upload; faults.py keeps the upload futures to report "
+                             "failed uploads",
+    "_finish_current_push": "faults.py: after waiting for the uploads in flight, warns about the failed ones",
+    "init_hf_repo": "faults.py: one short `HubError` instead of a traceback when the Hub repo cannot be created or "
+                    "reached",
+    "_load_optimizer_and_scheduler": "restores the control state on resume, and warns when the schedule changed or the "
+                                     "checkpoint is inside a generation round",
+    "create_model_card": "trl-entropy's model card (method, schedule, outcome, pictures, citations) instead of TRL's",
+    "save_model": "a user's `save_model()` also writes the card and pictures (passes Trainer's private "
+                  "`_internal_call` parameter)",
+}
+
 
 #: Every private method or attribute of TRL or transformers that trl_entropy calls, reads, writes or replaces.
 USED_PRIVATE_NAMES = (

@@ -2,7 +2,9 @@
 
 This module contains wiring only; the math lives in `trl_entropy.scheduling` and `trl_entropy.losses`, the generic
 fault handling (reward outputs, unscorable batches, non-finite advantages, the training set, Hub uploads, resume
-points) in `trl_entropy.trainers.faults` (`FaultHandlingMixin`, inherited before `GRPOTrainer`).
+points) in `trl_entropy.trainers.faults` (`FaultHandlingMixin`, inherited before `GRPOTrainer`). Each TRL method overridden here or there, with the reason it exists, is listed
+in one place: `trl_entropy._trl_private.OVERRIDDEN_METHODS` (shown as a table in docs/architecture.md, checked by
+tests/test_trl_drift.py).
 
 Hooks used (trl 1.16):
   * knob  (A): controls set attributes TRL's `_compute_loss` reads (e.g. `self.epsilon_high`), only at
