@@ -106,7 +106,6 @@ def _generator(completions, **kw):
         (_dict, TypeError, r"returned a dict \(keys 'score'\)"),
         (_words, TypeError, r"returned a str \('(correct|wrong)'\) for completion 0 .*Map each completion to a number"),
         (_numeric_strings, TypeError, r"returned a str \('1\.0'\) for completion 0 .*Convert numeric strings"),
-        (_too_short, ValueError, r"returned 7 value\(s\) for 8 completions"),
         (_nothing, TypeError, r"returned None"),
         (_generator, TypeError, r"returned a generator"),
     ],
@@ -116,6 +115,13 @@ def test_a_reward_function_with_a_bad_output_is_named_with_what_it_returned(tmp_
     with pytest.raises(error, match=rf"Reward function '{reward.__name__}' {what}") as err:
         trainer.train()
     assert "expected a list of floats (or None for a completion it cannot score), one per completion" in str(err.value)
+
+
+def test_a_reward_list_of_the_wrong_length_gets_trls_error(tmp_path):
+    """The count is TRL's check (its `_calculate_rewards` raises a ValueError naming the function); not repeated."""
+    trainer = make(tiny_args(tmp_path, max_steps=1), reward=_too_short)
+    with pytest.raises(ValueError, match=r"'_too_short'.*\b7\b.*\b8\b"):
+        trainer.train()
 
 
 def test_reward_output_check_accepts_sequences_of_numbers():
@@ -128,6 +134,7 @@ def test_reward_output_check_accepts_sequences_of_numbers():
     assert check_reward_output("f", np.array([0.5, 1.0]), 2) == [0.5, 1.0]
     assert check_reward_output("f", torch.tensor([0.5, 1.0]), 2) == [0.5, 1.0]
     assert check_reward_output("f", [float("nan")], 1)[0] != 0.0  # NaN is passed on; the trainer decides
+    assert check_reward_output("f", [1.0], 2) == [1.0]  # the length is TRL's check
 
 
 def _all_nan(completions, **kw):
@@ -139,7 +146,9 @@ def _first_nan(completions, **kw):
 
 
 def _trl_messages(caplog):
-    return [r.getMessage() for r in caplog.records if "All reward functions returned None" in r.getMessage()]
+    from trl_entropy._trl_private import TRL_ALL_NONE_WARNING
+
+    return [r.getMessage() for r in caplog.records if TRL_ALL_NONE_WARNING in r.getMessage()]
 
 
 def test_nan_rewards_name_the_function_and_a_run_without_any_reward_stops(tmp_path, caplog):
@@ -153,7 +162,7 @@ def test_nan_rewards_name_the_function_and_a_run_without_any_reward_stops(tmp_pa
     assert any("Step 0: no completion of this generation batch got a reward ('_all_nan' returned NaN for 8)" in m
                and "1 such batch(es) in a row; the run stops at max_unscorable_batches=2" in m for m in messages)
     assert trainer.state.global_step == 1  # stopped at the second batch, not silently at loss 0 until the end
-    assert not _trl_messages(caplog)  # TRL's misleading "All reward functions returned None" is replaced
+    assert _trl_messages(caplog)  # TRL's own warning per unscorable row is left in place
 
 
 def test_unscorable_batches_only_warn_with_no_limit(tmp_path):
@@ -165,11 +174,12 @@ def test_unscorable_batches_only_warn_with_no_limit(tmp_path):
 
 
 def test_some_unscorable_completions_warn_with_the_function_and_nan(tmp_path, caplog):
+    """Ours: the NaN, named with its function. TRL's: the warning for a row no reward function scored."""
     trainer = make(tiny_args(tmp_path, max_steps=2), reward=_first_nan)
-    with pytest.warns(RuntimeWarning, match=r"1 of 8 completions got no reward from any reward function "
-                                            r"\('_first_nan' returned NaN for 1\)"):
+    with pytest.warns(RuntimeWarning, match=r"reward function '_first_nan' returned NaN for 1 completion\(s\) "
+                                            r"\(first at index 0\)"):
         trainer.train()
-    assert trainer.state.global_step == 2 and not _trl_messages(caplog)
+    assert trainer.state.global_step == 2 and _trl_messages(caplog)
 
 
 def _constant(prompts, completions, **kwargs):

@@ -1122,10 +1122,10 @@ def test_the_finders_see_what_they_look_for():
     assert [n for n, _ in _private_names_touched(tree)] == ["_iter_named_params"]
 
 
-def test_the_trl_log_text_we_filter_is_still_logged_by_trl():
-    """trainers/faults.py hides TRL's warning for rows no reward function scored by matching its text
-    (``_trl_private.TRL_ALL_NONE_WARNING``) on the logger of GRPOTrainer's module. Reworded, or moved to another
-    logger, the filter would let it through silently: TRL must still log that text with ``logger.warning`` in
+def test_the_trl_log_text_we_rely_on_is_still_logged_by_trl():
+    """trainers/faults.py leaves the warning for rows no reward function scored to TRL, and tests/test_bad_inputs.py
+    finds it by its text (``_trl_private.TRL_ALL_NONE_WARNING``) on the logger of GRPOTrainer's module. Reworded, or
+    moved to another logger, those tests would stop seeing it: TRL must still log that text with ``logger.warning`` in
     ``GRPOTrainer._calculate_rewards``, on that logger."""
     import logging
 
@@ -1138,15 +1138,15 @@ def test_the_trl_log_text_we_filter_is_still_logged_by_trl():
             pieces = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
             found = found or any(p.startswith(text) for p in pieces)
     problems = [] if found else [f"GRPOTrainer._calculate_rewards no longer calls logger.warning with a text starting "
-                                 f"{text!r}: update TRL_ALL_NONE_WARNING in {LISTS} (and trainers/faults.py's filter)."]
+                                 f"{text!r}: update TRL_ALL_NONE_WARNING in {LISTS} (and docs/faults.md)."]
     module = sys.modules[GRPOTrainer._calculate_rewards.__module__]
     logger = getattr(module, "logger", None)
     logger = getattr(logger, "logger", logger)  # accelerate's MultiProcessAdapter wraps the logging.Logger
     if logger is not logging.getLogger(GRPOTrainer.__module__):
         problems.append(f"{module.__name__}.logger is not the logger named {GRPOTrainer.__module__}, which "
-                        "trainers/faults.py filters.")
+                        "tests/test_bad_inputs.py reads.")
     if problems:
-        _fail("The TRL log text trl-entropy filters changed", problems)
+        _fail("The TRL log text trl-entropy relies on changed", problems)
 
 
 if __name__ == "__main__":

@@ -222,9 +222,10 @@ def model_name_or_path(config) -> str | None:
     return getattr(config, "_name_or_path", None)
 
 
-# -- TRL's log text that trl-entropy matches: the start of the warning `GRPOTrainer._calculate_rewards` logs (on the
-#    logger of GRPOTrainer's module) for a row no reward function scored. trainers/faults.py hides it while TRL scores
-#    a batch and reports such rows itself; tests/test_trl_drift.py checks that TRL still logs this text there.
+# -- TRL's log text that trl-entropy relies on: the start of the warning `GRPOTrainer._calculate_rewards` logs (on the
+#    logger of GRPOTrainer's module) for a row no reward function scored. trainers/faults.py does not repeat it: it is
+#    what the user sees for such rows (docs/faults.md, tests/test_bad_inputs.py); tests/test_trl_drift.py checks that
+#    TRL still logs this text there.
 TRL_ALL_NONE_WARNING = "All reward functions returned None"
 
 

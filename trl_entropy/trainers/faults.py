@@ -3,13 +3,18 @@ rewards or advantages, a Hub upload or a resume point is wrong (docs: faults). N
 controls; it would guard a plain `trl.GRPOTrainer` as well.
 
 * functions: :func:`check_reward_output` (what a reward function returned), :func:`check_train_dataset` (the
-  training set, before the model is loaded), the reward-function guard ``_guard_reward_function``, the filter that
-  hides TRL's "All reward functions returned None" while a batch is scored, and the Hub error helpers;
+  training set, before the model is loaded), the reward-function guard ``_guard_reward_function`` and the Hub error
+  helpers;
 * :class:`FaultHandlingMixin`: the methods that need the trainer (its counters, metrics, process group, upload
   futures). `GRPOEntropyTrainer` inherits from it before `trl.GRPOTrainer`, so its overrides of TRL's
   `_calculate_rewards` and transformers' `_push_from_checkpoint`, `_finish_current_push` and `init_hf_repo` sit
   between the two in the method resolution order and reach TRL's through ``super()`` (listed in
   `trl_entropy/_trl_private.py`, checked by `tests/test_trl_drift.py`).
+
+What TRL 1.16's `_calculate_rewards` already does is left to it, not repeated here: a reward of None becomes NaN
+(unscorable), a reward list of the wrong length raises a `ValueError` naming the function, and a completion no
+reward function scored is logged as a warning ("All reward functions returned None ..."). docs/faults.md says which
+checks are ours.
 
 A mixin rather than functions taking the trainer: the overrides must be methods anyway, and the state they share
 (``self._ec_*``) stays on the trainer where checkpoints, tests and the metrics already find it.
@@ -17,18 +22,15 @@ A mixin rather than functions taking the trainer: the overrides must be methods 
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import math
 import numbers
 import os
 import warnings
 
 import torch
-from trl import GRPOTrainer
 
-from .._trl_private import TRL_ALL_NONE_WARNING, is_async_callable, log_metric
+from .._trl_private import is_async_callable, log_metric
 
 __all__ = ["FaultHandlingMixin", "HubError", "check_reward_output", "check_train_dataset"]
 
@@ -66,22 +68,18 @@ def _is_reward_sequence(value) -> bool:
 
 
 def check_reward_output(name: str, rewards, num_completions: int) -> list[float | None]:
-    """The rewards a reward function returned for ``num_completions`` completions, as floats (None kept).
+    """The rewards a reward function returned for a batch of ``num_completions`` completions, as floats (None kept).
 
     Raises a ``TypeError`` naming the function, what it returned and what is expected when the output is not a
     sequence (a float, a dict, a string, a generator...) or holds something other than a real number or None (e.g.
-    words, or numeric strings, which TRL cannot turn into a tensor), and a ``ValueError`` when its length is not one
-    per completion. NaN and infinite values are returned as they are (the caller decides).
+    words, or numeric strings, which TRL cannot turn into a tensor). The length is not checked here: TRL's
+    `_calculate_rewards` raises a ``ValueError`` naming the function when it is not one per completion. NaN and
+    infinite values are returned as they are (the caller decides).
     """
     expected = f"{_REWARD_EXPECTED} ({num_completions} in this batch)"
     if not _is_reward_sequence(rewards):
         raise TypeError(f"Reward function {name!r} returned {_describe_value(rewards)}; expected {expected}.")
     values = list(rewards)
-    if len(values) != num_completions:
-        raise ValueError(
-            f"Reward function {name!r} returned {len(values)} value(s) for {num_completions} completions; expected "
-            f"{expected}."
-        )
     out: list[float | None] = []
     for i, r in enumerate(values):
         if r is None:
@@ -115,10 +113,11 @@ def _guard_reward_function(reward_func, name: str, on_result=None, search: bool 
       (sandboxed, remote or paid rewards). With ``search=True`` (the config's ``reward_error_search``) the batch is
       re-scored one completion at a time to find the first failing one, and the error also gives its index in the
       batch and the start of its prompt.
-    * An output that is not one real number (or None) per completion raises an error naming the function, what it
-      returned and what is expected (:func:`check_reward_output`).
-    * A NaN or infinite reward is replaced by ``None`` (TRL's "unscorable": excluded from the group baseline, zero
-      advantage). Left alone, TRL would turn a group holding an infinite reward into zero advantages without a word.
+    * An output that is not a sequence of real numbers (or None) raises a ``TypeError`` naming the function, what it
+      returned and what is expected (:func:`check_reward_output`); TRL checks the length.
+    * An infinite reward is replaced by NaN, which is what TRL makes of ``None`` ("unscorable": excluded from the
+      group baseline, zero advantage); a NaN is left as it is. Left alone, TRL would turn a group holding an infinite
+      reward into zero advantages without a word.
     * Every call reports ``on_result(name, nan_indices, inf_indices, none_indices)`` (the trainer warns with them).
 
     Model-based and async reward functions (async functions, partials of them and instances of a class whose
@@ -148,9 +147,9 @@ def _guard_reward_function(reward_func, name: str, on_result=None, search: bool 
         inf = [i for i, r in enumerate(values) if r is not None and math.isinf(r)]
         if on_result is not None:
             on_result(name, nan, inf, [i for i, r in enumerate(values) if r is None])
-        if not nan and not inf:
+        if not inf:
             return rewards
-        return [None if r is not None and not math.isfinite(r) else r for r in values]
+        return [math.nan if r is not None and math.isinf(r) else r for r in values]
 
     return wrapped
 
@@ -244,29 +243,12 @@ def _short_error(err: BaseException, limit: int = 200) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-class _DropTrlAllNoneWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return TRL_ALL_NONE_WARNING not in str(record.msg)
-
-
-@contextlib.contextmanager
-def _without_trl_all_none_warning():
-    """Hide TRL's "All reward functions returned None" (also printed for NaN rewards) while TRL scores a batch."""
-    trl_logger = logging.getLogger(GRPOTrainer.__module__)
-    drop = _DropTrlAllNoneWarning()
-    trl_logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        trl_logger.removeFilter(drop)
-
-
 class FaultHandlingMixin:
     """The trainer-side fault handling of `GRPOEntropyTrainer` (inherited before `trl.GRPOTrainer`).
 
     * rewards: every synchronous reward function is guarded (``_guard_reward_function``); NaN/inf rewards become
-      unscorable with a warning; completions no reward function scored are reported, and ``max_unscorable_batches``
-      consecutive training batches without any reward stop the run (``_calculate_rewards``, ``_check_unscorable``);
+      unscorable with a warning; ``max_unscorable_batches`` consecutive training batches without any reward stop the
+      run (``_calculate_rewards``, ``_check_unscorable``);
     * advantages: NaN/inf advantages become 0, with a warning and a counter (``_check_finite_advantages``, called by
       the trainer after TRL's ``_generate_and_score_completions``);
     * Hub: one short error when the repo cannot be created or reached (``init_hf_repo``), and a warning per checkpoint
@@ -305,7 +287,7 @@ class FaultHandlingMixin:
         )
         warnings.warn(
             f"Step {self.state.global_step}: reward function {name!r} returned {what} of the batch; these rewards are "
-            "treated as unscorable (None: excluded from the group baseline, advantage 0). Counted in "
+            "treated as unscorable (as None: excluded from the group baseline, advantage 0). Counted in "
             "entropy_control/nonfinite_rewards.",
             RuntimeWarning,
             stacklevel=2,
@@ -320,8 +302,7 @@ class FaultHandlingMixin:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._ec_reward_faults = {}
-        with _without_trl_all_none_warning():  # it says "returned None" for NaN too; the check below says which
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._check_unscorable(rewards_per_func)
         self._check_reward_spread(rewards_per_func)
         return rewards_per_func
@@ -369,26 +350,17 @@ class FaultHandlingMixin:
         )
 
     def _check_unscorable(self, rewards_per_func: torch.Tensor) -> None:
-        """Warn about completions no reward function scored; stop after `max_unscorable_batches` consecutive training
-        generation batches in which none was scored. `rewards_per_func` is TRL's gathered (global) reward matrix, so
-        every process reaches the same decision."""
-        unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        count, total = int(unscorable.sum()), unscorable.numel()
-        training = self.model.training
-        if count < total and training:
+        """Count training generation batches in which no completion got a reward, warn at each, and stop after
+        `max_unscorable_batches` of them in a row (TRL warns about each completion no reward function scored, and
+        trains on). `rewards_per_func` is TRL's gathered (global) reward matrix, so every process reaches the same
+        decision."""
+        if not self.model.training:
+            return
+        if not bool(torch.isnan(rewards_per_func).all()):
             self._ec_unscorable_streak = 0
-        if count == 0:
             return
         step = self.state.global_step
         why = self._describe_reward_faults()
-        if count < total or not training:
-            warnings.warn(
-                f"Step {step}: {count} of {total} completions got no reward from any reward function ({why}); they "
-                "are unscorable: left out of their group's baseline, advantage 0.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return
         self._ec_unscorable_streak += 1
         self._ec_unscorable_batches += 1
         log_metric(self, METRIC_PREFIX + "unscorable_batches", float(self._ec_unscorable_batches))
