@@ -9,6 +9,7 @@ import torch
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_kwargs, tiny_model, tiny_tokenizer
 
 from trl_entropy import EntropyScheduleCallback, GRPOEntropyConfig, GRPOEntropyTrainer
+from trl_entropy.scheduling.targets import warn_if_end_looks_like_a_fraction
 
 OFF_POLICY = dict(per_device_train_batch_size=8, steps_per_generation=2, learning_rate=1e-2)
 
@@ -136,7 +137,7 @@ def test_a_bare_end_beside_a_relative_start_says_it_is_read_in_nats(tmp_path):
                                  entropy_schedule_start="initial", entropy_schedule_end=end))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            trainer._warn_if_end_looks_like_a_fraction(2.0)
+            warn_if_end_looks_like_a_fraction(trainer.args, 2.0)
         assert not caught
 
 

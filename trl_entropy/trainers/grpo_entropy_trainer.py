@@ -74,14 +74,21 @@ from ..scheduling.measurement import (
     policy_token_weights,
     signal_token_count,
 )
-from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, schedule_label
+from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
+from ..scheduling.targets import (
+    InitialEntropySchedule,
+    build_schedule,
+    check_targets_below_max_entropy,
+    max_entropy,
+    warn_if_end_looks_like_a_fraction,
+)
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
     FaultHandlingMixin,
     check_reward_output,
     check_train_dataset,
 )
-from .grpo_entropy_config import GRPOEntropyConfig, parse_entropy_value
+from .grpo_entropy_config import GRPOEntropyConfig
 
 _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from the loss forward's own log-probs
 
@@ -97,59 +104,6 @@ def _clean_warning(message: str, category=RuntimeWarning) -> None:
     """Warn without the source line Python prints under a warning (which lands in the middle of a progress bar):
     one line, ``trl-entropy: <Category>: <message>``, still filtered and caught as any warning."""
     warnings.warn_explicit(message, category, filename="trl-entropy", lineno=0, module="trl_entropy")
-
-
-def _resolve_entropy_value(value, initial: float | None) -> float | None:
-    """A schedule start/end in nats: numbers as they are, "initial"-relative values times ``initial`` (``None`` while
-    the initial entropy is unknown)."""
-    parsed = parse_entropy_value(value)
-    if parsed is None:
-        return None
-    kind, number = parsed
-    if kind == "nats":
-        return number
-    return None if initial is None else number * initial
-
-
-def _max_entropy(model) -> float | None:
-    """log(vocabulary size): the largest per-token entropy the model's output distribution can have."""
-    try:
-        weight = model.get_output_embeddings().weight
-        # under DeepSpeed ZeRO-3 the local tensor is this rank's partition (often empty); ds_shape is the full shape
-        size = tuple(getattr(weight, "ds_shape", None) or weight.shape)[0]
-    except Exception:  # a model without output embeddings we can read: no check
-        size = getattr(getattr(model, "config", None), "vocab_size", None)
-    return math.log(size) if isinstance(size, int) and size > 1 else None
-
-
-class _InitialEntropySchedule(CallableSchedule):
-    """Stands in for a schedule whose start or end is relative to the initial entropy until that is measured:
-    returns ``None`` (no target) before :meth:`resolve`, then the resolved schedule's values."""
-
-    def __init__(self):
-        self.schedule = None
-        self.fn = self
-        self.phase_fn = None
-        self.warmup_steps = 0
-
-    @property
-    def resolved(self) -> bool:
-        return self.schedule is not None
-
-    def resolve(self, schedule) -> None:
-        self.schedule = schedule
-
-    def __call__(self, step: int, total_steps: int) -> float | None:
-        return None if self.schedule is None else self.schedule(step, total_steps)
-
-    def phase(self, step: int, total_steps: int) -> str | None:
-        return None if self.schedule is None else self.schedule.phase(step, total_steps)
-
-    def __getattr__(self, name):
-        schedule = self.__dict__.get("schedule")
-        if schedule is None:
-            raise AttributeError(f"{name!r}: the schedule is not resolved yet (it waits for the initial entropy)")
-        return getattr(schedule, name)
 
 
 class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
@@ -259,13 +213,13 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self.entropy_schedule = None
         self.initial_entropy: float | None = None  # measured on the first generation batch when the schedule needs it
         self._ec_schedule_callback = None
-        self.max_entropy = _max_entropy(self.model)
+        self.max_entropy = max_entropy(self.model)
         if self.entropy_control is not None and args.entropy_schedule is not None:
-            self._check_targets_below_max_entropy()
+            check_targets_below_max_entropy(args, self.max_entropy)
             if args.schedule_needs_initial_entropy:
-                self.entropy_schedule = _InitialEntropySchedule()  # resolved at the first generation batch
+                self.entropy_schedule = InitialEntropySchedule()  # resolved at the first generation batch
             else:
-                self.entropy_schedule = self._build_schedule(None)
+                self.entropy_schedule = build_schedule(args, None)
             self._ec_schedule_callback = EntropyScheduleCallback(self.entropy_schedule, trainer=self)
             self.add_callback(self._ec_schedule_callback)
         self._ec_plan: dict[int, torch.Tensor] = {}  # micro-batch index (TRL's micro_step) -> planned selection
@@ -310,57 +264,11 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if target is not None and getattr(self.args, "use_adaptive_entropy", False):
             self.args.entropy_target = float(target)
 
-    def _build_schedule(self, initial: float | None):
-        """The schedule of the config, with start/end given relative to ``initial`` resolved to nats."""
-        args = self.args
-        return make_schedule(
-            args.entropy_schedule,
-            start=_resolve_entropy_value(args.entropy_schedule_start, initial),
-            end=_resolve_entropy_value(args.entropy_schedule_end, initial),
-            warmup_steps=args.entropy_schedule_warmup_steps,
-            anneal_ratio=args.entropy_schedule_anneal_ratio,
-        )
-
-    def _warn_if_end_looks_like_a_fraction(self, initial: float) -> None:
-        """A start relative to the initial entropy with a bare end of at most 1 is ambiguous: the end is read in nats,
-        but may have been meant as a fraction. Say what was resolved, and how to write a fraction, once."""
-        args = self.args
-        start, end = args.entropy_schedule_start, args.entropy_schedule_end
-        # the config has already turned a number of nats, given as text or not, into a float
-        if not (isinstance(start, str) and isinstance(end, (int, float)) and 0.0 < end <= 1.0):
-            return
-        if args.entropy_schedule == "constant":
-            return
-        resolved = _resolve_entropy_value(start, initial)
-        warnings.warn(
-            f"The entropy schedule starts at {resolved:.4f} nats ({start}, measured on the first generation batch) "
-            f"and ends at entropy_schedule_end = {end:g} nats: a bare number is an entropy in nats. If you meant a "
-            f"fraction of the initial entropy, write entropy_schedule_end='{end:g}*initial' ({end * initial:.4f} "
-            "nats here).",
-            UserWarning,
-            stacklevel=2,
-        )
-
-    def _check_targets_below_max_entropy(self, initial: float | None = None) -> None:
-        """Refuse a target above log(vocabulary size), the largest entropy a token distribution can have."""
-        if self.max_entropy is None:
-            return
-        for name in ("entropy_schedule_start", "entropy_schedule_end"):
-            raw = getattr(self.args, name)
-            value = _resolve_entropy_value(raw, initial)
-            if value is not None and value > self.max_entropy:
-                measured = "" if not isinstance(raw, str) else f" ({raw} with an initial entropy of {initial:.4f})"
-                raise ValueError(
-                    f"{name} = {value:g} nats{measured} is above the largest entropy this model can have, "
-                    f"log(vocabulary size) = {self.max_entropy:.3f} nats: no control can reach it. Choose a target "
-                    f"below {self.max_entropy:.3f} (entropy is in nats per completion token)."
-                )
-
     def _resolve_initial_entropy(self, output) -> None:
         """At the first training generation batch, when the schedule is relative to the starting entropy: measure
         the token-mean entropy of the whole batch under the current policy (one no-grad forward, summed over
         processes, so every rank resolves the same value), build the schedule and set this step's target."""
-        if not isinstance(self.entropy_schedule, _InitialEntropySchedule) or self.entropy_schedule.resolved:
+        if not isinstance(self.entropy_schedule, InitialEntropySchedule) or self.entropy_schedule.resolved:
             return
         if not self.model.training:
             return
@@ -382,10 +290,10 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         log_metric(self, METRIC_PREFIX + "initial_entropy", entropy)
 
     def _set_initial_entropy(self, entropy: float) -> None:
-        self._check_targets_below_max_entropy(entropy)
+        check_targets_below_max_entropy(self.args, self.max_entropy, entropy)
         self.initial_entropy = float(entropy)
-        self._warn_if_end_looks_like_a_fraction(self.initial_entropy)
-        self.entropy_schedule.resolve(self._build_schedule(self.initial_entropy))
+        warn_if_end_looks_like_a_fraction(self.args, self.initial_entropy)
+        self.entropy_schedule.resolve(build_schedule(self.args, self.initial_entropy))
         if self._ec_schedule_callback is not None and self.state.max_steps:
             self._ec_schedule_callback.on_step_begin(self.args, self.state, None)
 
@@ -996,6 +904,6 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self._ec_warned_saturation = self._ec_saturation.events > 0
         self.last_measured_entropy = payload.get("last_measured_entropy")
         initial = payload.get("initial_entropy")
-        if initial is not None and isinstance(self.entropy_schedule, _InitialEntropySchedule):
+        if initial is not None and isinstance(self.entropy_schedule, InitialEntropySchedule):
             self._set_initial_entropy(float(initial))  # the value the run started from, not a new measurement
         self.entropy_control.apply(self)

@@ -1,0 +1,124 @@
+"""The entropy target of a run, from its config: the schedule built from the `entropy_schedule*` fields, with a start
+or end relative to the initial entropy resolved once that is measured, and the checks on the targets (below the
+largest entropy the model can have; a bare end that may have been meant as a fraction).
+
+`GRPOEntropyTrainer` calls these when it is built and at its first generation batch; they need no trainer.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from .schedules import CallableSchedule, make_schedule, parse_entropy_value
+
+__all__ = [
+    "InitialEntropySchedule",
+    "build_schedule",
+    "check_targets_below_max_entropy",
+    "max_entropy",
+    "resolve_entropy_value",
+    "warn_if_end_looks_like_a_fraction",
+]
+
+
+def resolve_entropy_value(value, initial: float | None) -> float | None:
+    """A schedule start/end in nats: numbers as they are, "initial"-relative values times ``initial`` (``None`` while
+    the initial entropy is unknown)."""
+    parsed = parse_entropy_value(value)
+    if parsed is None:
+        return None
+    kind, number = parsed
+    if kind == "nats":
+        return number
+    return None if initial is None else number * initial
+
+
+def max_entropy(model) -> float | None:
+    """log(vocabulary size): the largest per-token entropy the model's output distribution can have."""
+    try:
+        weight = model.get_output_embeddings().weight
+        # under DeepSpeed ZeRO-3 the local tensor is this rank's partition (often empty); ds_shape is the full shape
+        size = tuple(getattr(weight, "ds_shape", None) or weight.shape)[0]
+    except Exception:  # a model without output embeddings we can read: no check
+        size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return math.log(size) if isinstance(size, int) and size > 1 else None
+
+
+class InitialEntropySchedule(CallableSchedule):
+    """Stands in for a schedule whose start or end is relative to the initial entropy until that is measured:
+    returns ``None`` (no target) before :meth:`resolve`, then the resolved schedule's values."""
+
+    def __init__(self):
+        self.schedule = None
+        self.fn = self
+        self.phase_fn = None
+        self.warmup_steps = 0
+
+    @property
+    def resolved(self) -> bool:
+        return self.schedule is not None
+
+    def resolve(self, schedule) -> None:
+        self.schedule = schedule
+
+    def __call__(self, step: int, total_steps: int) -> float | None:
+        return None if self.schedule is None else self.schedule(step, total_steps)
+
+    def phase(self, step: int, total_steps: int) -> str | None:
+        return None if self.schedule is None else self.schedule.phase(step, total_steps)
+
+    def __getattr__(self, name):
+        schedule = self.__dict__.get("schedule")
+        if schedule is None:
+            raise AttributeError(f"{name!r}: the schedule is not resolved yet (it waits for the initial entropy)")
+        return getattr(schedule, name)
+
+
+def build_schedule(args, initial: float | None):
+    """The schedule of the config ``args``, with start/end given relative to ``initial`` resolved to nats."""
+    return make_schedule(
+        args.entropy_schedule,
+        start=resolve_entropy_value(args.entropy_schedule_start, initial),
+        end=resolve_entropy_value(args.entropy_schedule_end, initial),
+        warmup_steps=args.entropy_schedule_warmup_steps,
+        anneal_ratio=args.entropy_schedule_anneal_ratio,
+    )
+
+
+def warn_if_end_looks_like_a_fraction(args, initial: float, stacklevel: int = 1) -> None:
+    """A start relative to the initial entropy with a bare end of at most 1 is ambiguous: the end is read in nats,
+    but may have been meant as a fraction. Say what was resolved, and how to write a fraction (``stacklevel`` as
+    for `warnings.warn`, counted from the caller)."""
+    start, end = args.entropy_schedule_start, args.entropy_schedule_end
+    # the config has already turned a number of nats, given as text or not, into a float
+    if not (isinstance(start, str) and isinstance(end, (int, float)) and 0.0 < end <= 1.0):
+        return
+    if args.entropy_schedule == "constant":
+        return
+    resolved = resolve_entropy_value(start, initial)
+    warnings.warn(
+        f"The entropy schedule starts at {resolved:.4f} nats ({start}, measured on the first generation batch) "
+        f"and ends at entropy_schedule_end = {end:g} nats: a bare number is an entropy in nats. If you meant a "
+        f"fraction of the initial entropy, write entropy_schedule_end='{end:g}*initial' ({end * initial:.4f} "
+        "nats here).",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+def check_targets_below_max_entropy(args, largest: float | None, initial: float | None = None) -> None:
+    """Refuse a target above ``largest`` = log(vocabulary size), the largest entropy a token distribution can have
+    (``None``: no check)."""
+    if largest is None:
+        return
+    for name in ("entropy_schedule_start", "entropy_schedule_end"):
+        raw = getattr(args, name)
+        value = resolve_entropy_value(raw, initial)
+        if value is not None and value > largest:
+            measured = "" if not isinstance(raw, str) else f" ({raw} with an initial entropy of {initial:.4f})"
+            raise ValueError(
+                f"{name} = {value:g} nats{measured} is above the largest entropy this model can have, "
+                f"log(vocabulary size) = {largest:.3f} nats: no control can reach it. Choose a target "
+                f"below {largest:.3f} (entropy is in nats per completion token)."
+            )
