@@ -9,6 +9,7 @@ import pytest
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
 
 from trl_entropy import GRPOEntropyTrainer
+from trl_entropy.scheduling.targets import schedule_record, warn_if_schedule_changed
 from trl_entropy.trainers.grpo_entropy_trainer import CONTROL_STATE_FILE
 
 # two optimizer steps per generation round (steps_per_generation=2, gradient_accumulation_steps=1)
@@ -127,10 +128,10 @@ def test_a_callable_schedule_is_compared_by_its_name(tmp_path):
 
     trainer = make(tiny_args(tmp_path, entropy_control="adaptive_clip", entropy_schedule=decay))
     trainer.state.max_steps = 10
-    record = trainer._schedule_record()
+    record = schedule_record(trainer.args, trainer.state.max_steps)
     assert record["entropy_schedule"] == "callable:test_a_callable_schedule_is_compared_by_its_name.decay"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        trainer._check_resume_schedule("ckpt", dict(record))  # the same callable again: silent
+        warn_if_schedule_changed("ckpt", dict(record), schedule_record(trainer.args, 10))  # the same callable: silent
     with pytest.warns(UserWarning, match=r"entropy_schedule: 'callable:lambda .*' → 'callable:test_a_callable"):
-        trainer._check_resume_schedule("ckpt", {**record, "entropy_schedule": "callable:lambda (train.py:3)"})
+        warn_if_schedule_changed("ckpt", {**record, "entropy_schedule": "callable:lambda (train.py:3)"}, record)

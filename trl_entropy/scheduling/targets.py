@@ -1,6 +1,7 @@
 """The entropy target of a run, from its config: the schedule built from the `entropy_schedule*` fields, with a start
-or end relative to the initial entropy resolved once that is measured, and the checks on the targets (below the
-largest entropy the model can have; a bare end that may have been meant as a fraction).
+or end relative to the initial entropy resolved once that is measured, the checks on the targets (below the
+largest entropy the model can have; a bare end that may have been meant as a fraction), and the record of what the
+target depends on, kept in each checkpoint and compared at resume.
 
 `GRPOEntropyTrainer` calls these when it is built and at its first generation batch; they need no trainer.
 """
@@ -10,16 +11,23 @@ from __future__ import annotations
 import math
 import warnings
 
-from .schedules import CallableSchedule, make_schedule, parse_entropy_value
+from .schedules import CALLABLE_SCHEDULE_PREFIX, CallableSchedule, make_schedule, parse_entropy_value, schedule_label
 
 __all__ = [
+    "SCHEDULE_FIELDS",
     "InitialEntropySchedule",
     "build_schedule",
     "check_targets_below_max_entropy",
     "max_entropy",
     "resolve_entropy_value",
+    "schedule_record",
     "warn_if_end_looks_like_a_fraction",
+    "warn_if_schedule_changed",
 ]
+
+#: Config fields the entropy target depends on (with max_steps): recorded with the control state, compared at resume.
+SCHEDULE_FIELDS = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
+                   "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")
 
 
 def resolve_entropy_value(value, initial: float | None) -> float | None:
@@ -122,3 +130,34 @@ def check_targets_below_max_entropy(args, largest: float | None, initial: float 
                 f"log(vocabulary size) = {largest:.3f} nats: no control can reach it. Choose a target "
                 f"below {largest:.3f} (entropy is in nats per completion token)."
             )
+
+
+def schedule_record(args, max_steps: int) -> dict:
+    """What the entropy target depends on besides the step: the schedule fields of ``args`` and the run's total steps
+    (a callable schedule by its readable name, as the saved config keeps it)."""
+    schedule = args.entropy_schedule
+    if callable(schedule):
+        schedule = CALLABLE_SCHEDULE_PREFIX + schedule_label(schedule)
+    record = {name: getattr(args, name) for name in SCHEDULE_FIELDS}
+    record["entropy_schedule"] = schedule
+    record["max_steps"] = max_steps
+    return record
+
+
+def warn_if_schedule_changed(checkpoint, saved: dict | None, current: dict, stacklevel: int = 1) -> None:
+    """Warn, naming each one, when a schedule field or max_steps of ``current`` (:func:`schedule_record`) differs from
+    ``saved``, the record of the run that wrote the checkpoint (checkpoints written before these were recorded are not
+    checked). ``stacklevel`` as for `warnings.warn`, counted from the caller."""
+    if not isinstance(saved, dict):
+        return
+    changed = [f"{name}: {saved[name]!r} → {current[name]!r}"
+               for name in current if name in saved and saved[name] != current[name]]
+    if not changed:
+        return
+    warnings.warn(
+        f"Resuming from {checkpoint} with {'; '.join(changed)} (checkpoint → this run). The target is computed "
+        "from the step, the schedule fields and max_steps, so from here on it follows the new values and the run "
+        "does not continue the schedule it started with. Resume with the checkpoint's values to continue it.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )

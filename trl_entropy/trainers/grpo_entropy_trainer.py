@@ -2,9 +2,10 @@
 
 This module contains wiring only; the math lives in `trl_entropy.scheduling` and `trl_entropy.losses`, the generic
 fault handling (reward outputs, unscorable batches, non-finite advantages, the training set, Hub uploads, resume
-points) in `trl_entropy.trainers.faults` (`FaultHandlingMixin`, inherited before `GRPOTrainer`). Each TRL method overridden here or there, with the reason it exists, is listed
-in one place: `trl_entropy._trl_private.OVERRIDDEN_METHODS` (shown as a table in docs/architecture.md, checked by
-tests/test_trl_drift.py).
+points) in `trl_entropy.trainers.faults` (`FaultHandlingMixin`, inherited before `GRPOTrainer`), the entropy target
+from the config in `trl_entropy.scheduling.targets`. Each TRL method overridden here or there, with the reason it
+exists, is listed in one place: `trl_entropy._trl_private.OVERRIDDEN_METHODS` (shown as a table in
+docs/architecture.md, checked by tests/test_trl_drift.py).
 
 Hooks used (trl 1.16):
   * knob  (A): controls set attributes TRL's `_compute_loss` reads (e.g. `self.epsilon_high`), only at
@@ -74,13 +75,14 @@ from ..scheduling.measurement import (
     policy_token_weights,
     signal_token_count,
 )
-from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, schedule_label
 from ..scheduling.targets import (
     InitialEntropySchedule,
     build_schedule,
     check_targets_below_max_entropy,
     max_entropy,
+    schedule_record,
     warn_if_end_looks_like_a_fraction,
+    warn_if_schedule_changed,
 )
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
@@ -95,9 +97,6 @@ _INLINE_PLAN = "inline"  # the step is one micro-batch per process: select from 
 __all__ = ["GRPOEntropyTrainer", "CONTROL_STATE_FILE"]
 
 CONTROL_STATE_FILE = "entropy_control_state.json"
-# Config fields the entropy target depends on (with max_steps): recorded in CONTROL_STATE_FILE, compared at resume.
-_SCHEDULE_FIELDS = ("entropy_schedule", "entropy_schedule_start", "entropy_schedule_end",
-                    "entropy_schedule_warmup_steps", "entropy_schedule_anneal_ratio")
 
 
 def _clean_warning(message: str, category=RuntimeWarning) -> None:
@@ -837,42 +836,13 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             "initial_entropy": self.initial_entropy,
             "saturation": self._ec_saturation.state_dict(),
             "state": self.entropy_control.state_dict(),
-            "schedule": self._schedule_record(),  # compared at resume: a change moves the target
+            # compared at resume: a change moves the target
+            "schedule": schedule_record(self.args, self.state.max_steps),
         }
         tmp = os.path.join(folder, CONTROL_STATE_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(payload, f, indent=2)
         os.replace(tmp, os.path.join(folder, CONTROL_STATE_FILE))
-
-    def _schedule_record(self) -> dict:
-        """What the entropy target depends on besides the step: the schedule fields and the run's total steps (a
-        callable schedule by its readable name, as the saved config keeps it)."""
-        args = self.args
-        schedule = args.entropy_schedule
-        if callable(schedule):
-            schedule = CALLABLE_SCHEDULE_PREFIX + schedule_label(schedule)
-        record = {name: getattr(args, name) for name in _SCHEDULE_FIELDS}
-        record["entropy_schedule"] = schedule
-        record["max_steps"] = self.state.max_steps
-        return record
-
-    def _check_resume_schedule(self, checkpoint, saved: dict | None) -> None:
-        """Warn, naming each one, when a schedule field or max_steps differs from the run that wrote the checkpoint
-        (checkpoints written before these were recorded are not checked)."""
-        if not isinstance(saved, dict):
-            return
-        current = self._schedule_record()
-        changed = [f"{name}: {saved[name]!r} → {current[name]!r}"
-                   for name in current if name in saved and saved[name] != current[name]]
-        if not changed:
-            return
-        warnings.warn(
-            f"Resuming from {checkpoint} with {'; '.join(changed)} (checkpoint → this run). The target is computed "
-            "from the step, the schedule fields and max_steps, so from here on it follows the new values and the run "
-            "does not continue the schedule it started with. Resume with the checkpoint's values to continue it.",
-            UserWarning,
-            stacklevel=2,
-        )
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -898,7 +868,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
                 f"The checkpoint {checkpoint} was written with entropy_control={saved!r}, but this run uses "
                 f"entropy_control={current!r}. Resume with the same control, or start a new run."
             )
-        self._check_resume_schedule(checkpoint, payload.get("schedule"))
+        warn_if_schedule_changed(checkpoint, payload.get("schedule"), schedule_record(self.args, self.state.max_steps))
         self.entropy_control.load_state_dict(payload["state"])
         self._ec_saturation.load_state_dict(payload.get("saturation", {}))
         self._ec_warned_saturation = self._ec_saturation.events > 0
