@@ -22,8 +22,8 @@ Hooks used (trl 1.16):
     mask through the `tool_mask` key TRL already multiplies into it (attention is untouched);
   * advantage weights (B, per step): per micro-batch, sign-dependent weights on the advantages (positive
     reweighting, W-REINFORCE), applied to a copy so buffered generation batches are never modified in place;
-  * token hooks (C): controls that change the loss per token (Clip-Cov, KL-Cov) make `_compute_loss`
-    run `trl_entropy.losses.policy_loss.trainer_compute_loss` (TRL's forward, our loss, equal to TRL's with the hooks
+  * token hooks (C), one loss path chosen when the trainer is built: controls that change the loss per token
+    (Clip-Cov, KL-Cov) make `_compute_loss` run `trl_entropy.losses.policy_loss.trainer_compute_loss` (TRL's forward, our loss, equal to TRL's with the hooks
     off) with the control's hooks; the settings that path lacks are refused in `__init__`. A control whose hooks only
     add a term (`additive_loss_term`: EntroPIC) keeps TRL's `_compute_loss` and adds the term from the log-probs of
     TRL's loss forward (`_additive_compute_loss`); every other control keeps TRL's `_compute_loss` untouched. With
@@ -230,16 +230,23 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             self.add_callback(self.entropy_plot_callback)
         if getattr(args, "entropy_measurement", "step") == "generation_batch":
             self._check_generation_batch_measurement()
+        # The training loss path, chosen once here (evaluation always takes TRL's), by the name of the method that
+        # computes it: None for TRL's `_compute_loss` (no control, or one without token hooks), TRL's loss plus the
+        # control's term (`additive_loss_term`: EntroPIC), or our loss path with the control's token hooks.
+        self._ec_loss_path: str | None = None
         if self.entropy_control is not None:
             self.entropy_control.rank = self.accelerator.process_index
             self.entropy_control.apply(self)
-            on_our_loss_path = not getattr(self.entropy_control, "additive_loss_term", False)
-            if self.entropy_control.uses_token_hooks and on_our_loss_path:
-                # The settings our loss path lacks (e.g. the MoE router auxiliary loss, which depends on the model, or
-                # a loss_type set on the config after it was validated) fail here, not at the first loss step after
-                # the model has generated. Multimodal inputs are only known per batch: trainer_compute_loss checks
-                # again.
-                check_trainer_supported(self)
+            if self.entropy_control.uses_token_hooks:
+                if getattr(self.entropy_control, "additive_loss_term", False):
+                    self._ec_loss_path = "_additive_compute_loss"
+                else:
+                    # The settings our loss path lacks (e.g. the MoE router auxiliary loss, which depends on the
+                    # model, or a loss_type set on the config after it was validated) fail here, not at the first
+                    # loss step after the model has generated. Multimodal inputs are only known per batch:
+                    # trainer_compute_loss checks again.
+                    check_trainer_supported(self)
+                    self._ec_loss_path = "_hooked_compute_loss"
 
     def _ec_stop_vllm_at_every_eos(self) -> None:
         """vLLM ends a completion at the eos ids of the model folder's generation_config.json, TRL's transformers path
@@ -638,14 +645,9 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         training = self.model.training
         self._ec_capture = training
         control = self.entropy_control
+        path = self._ec_loss_path if training else None  # chosen in __init__
         try:
-            if training and control is not None and control.uses_token_hooks:
-                if getattr(control, "additive_loss_term", False):
-                    loss = self._additive_compute_loss(model, inputs)  # TRL's loss + the control's term (EntroPIC)
-                else:
-                    loss = self._hooked_compute_loss(model, inputs)
-            else:
-                loss = super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs) if path is None else getattr(self, path)(model, inputs)
         finally:
             self._ec_capture = False
         if training:
