@@ -20,7 +20,7 @@ def test_the_plan_has_every_control_under_every_engine_and_the_recipes(capsys):
         for name in gpu_engines.controls():
             assert f'"engine": "{engine}", "control": "{name}"' in out
     assert '"recipe": "recipes/entropy_bonus_smollm2_wsd.yaml"' in out
-    assert "accelerate launch --config_file" in out
+    assert "-m accelerate.commands.launch --config_file" in out  # this interpreter's accelerate
 
 
 @pytest.mark.slow
