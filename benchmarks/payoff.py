@@ -380,6 +380,57 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
     axes[0, 1].set_title("Answer diversity per prompt (training rollouts)")
     axes[0, 0].legend(fontsize=8)
     written.append(save_figure(fig, os.path.join(out_dir, "payoff_entropy.png")))
+
+    # 4. the papers' claims, one panel each
+    fig, axes = new_figure(2, 3, figsize=(15, 8))
+    panels = axes.flatten()
+
+    def curve_panel(ax, methods, title):
+        for m in [x for x in methods if x in by]:
+            ks, ys = passk(m)
+            ax.plot(ks, ys, marker="o", ms=3, label=f"{LABELS[m]} ({len(by[m])})", **styles[m])
+            k_axis(ax, ks)
+        ax.set_xlabel("k")
+        ax.set_ylabel("final pass@k")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+
+    curve_panel(panels[0], ["grpo", "bonus_hold", "bonus_wsd03", "bonus_wsd01"],
+                "Wang et al.: does annealing trade pass@k?")
+    for m in [x for x in ("bonus_hold", "bonus_wsd03", "bonus_wsd01", "bonus_cosine") if x in by]:
+        ys = _mean_curve(by[m], lambda r: r["curve"]["pass@1"])
+        panels[1].plot(by[m][0]["curve"]["step"][: len(ys)], ys, marker="o", ms=3, label=LABELS[m], **styles[m])
+    panels[1].axvline(0.7 * STEPS, color="grey", lw=0.8, ls=":")
+    panels[1].set_xlabel("optimizer step")
+    panels[1].set_ylabel("held-out pass@1")
+    panels[1].set_title("Wang et al.: the anneal's rise (WSD 0.3 from the dotted line)")
+    panels[1].legend(fontsize=7)
+    curve_panel(panels[2], ["bonus_hold", "bonus_hold_half"], "Wang et al.: two constant levels")
+    for m in [x for x in ("entrocraft_linear_assist", "entrocraft_cosine_assist", "entrocraft_hold_assist") if x in by]:
+        err = _mean_curve(by[m], lambda r: [(h - t) / t if h is not None and t else math.nan
+                                            for h, t in zip(r["entropy"], r["target"])])
+        err = [statistics.fmean(err[max(0, i - 9) : i + 1]) for i in range(len(err))]  # MA10
+        panels[3].plot(range(1, len(err) + 1), err, lw=1.0, label=LABELS[m], **styles[m])
+    panels[3].axhline(0, color="k", lw=0.6)
+    panels[3].set_xlabel("optimizer step")
+    panels[3].set_ylabel("(H - target) / target, MA10")
+    panels[3].set_title("Li et al.: Entrocraft's target shapes")
+    panels[3].legend(fontsize=7)
+    if "grpo" in by:
+        fits = [cui_fit(r) for r in by["grpo"]]
+        panels[4].scatter([f["final"] for f in fits], [f["predicted_final"] for f in fits], color="C1", s=18,
+                          label="prediction at the final entropy")
+        panels[4].scatter([f["final"] for f in fits], [f["ceiling"] for f in fits], color="C3", s=18, marker="x",
+                          label="fitted ceiling b - a")
+        lo = min(min(f["final"], f["predicted_final"], f["ceiling"]) for f in fits) - 0.02
+        hi = max(max(f["final"], f["predicted_final"], f["ceiling"]) for f in fits) + 0.02
+        panels[4].plot([lo, hi], [lo, hi], color="k", lw=0.8)
+        panels[4].set_xlabel("final training reward (last 10% of steps)")
+        panels[4].set_ylabel("predicted from the first third")
+        panels[4].set_title("Cui et al.: R = -a exp(H) + b, plain GRPO")
+        panels[4].legend(fontsize=7)
+    panels[5].axis("off")
+    written.append(save_figure(fig, os.path.join(out_dir, "payoff_claims.png")))
     return written
 
 
