@@ -136,20 +136,6 @@ def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int 
     return out
 
 
-def ma10_error_after_20pct(measured, target) -> float:
-    """The benchmarks' tracking error: mean over the steps after the first 20% of |MA10(H) - MA10(target)| /
-    MA10(target)."""
-    def ma(xs, w=10):
-        return [statistics.fmean(xs[max(0, i - w + 1) : i + 1]) for i in range(len(xs))]
-
-    pairs = [(m, t) for m, t in zip(measured, target) if m is not None and t is not None]
-    if not pairs:
-        return math.nan
-    m, t = ma([p[0] for p in pairs]), ma([p[1] for p in pairs])
-    start = int(0.2 * len(pairs))
-    return statistics.fmean(abs(a - b) / b for a, b in zip(m[start:], t[start:]) if b > 0)
-
-
 def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_EVERY, workdir: str = "/tmp/payoff"):
     """Train ``method`` with ``seed`` and return its record (``method="base"``: evaluate the starting model)."""
     import torch
@@ -197,7 +183,9 @@ def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_E
             distinct_answers=reward.distinct,
         )
         if any(t is not None for t in record["target"]):
-            record["tracking_error"] = ma10_error_after_20pct(record["entropy"], record["target"])
+            from trl_entropy.metrics import tracking_error
+
+            record["tracking_error"] = tracking_error(record["entropy"], record["target"])
         model = trainer.model
     record["final"] = final_evaluation(model, tokenizer, heldout, max_new)
     record["wall_s"] = time.perf_counter() - t0
@@ -517,8 +505,6 @@ def claims(records: list[dict]) -> list[tuple[str, str, str]]:
 def report(records: list[dict]) -> str:
     """The results in markdown: the table, the paired comparisons, the goal's verdict, where the entropy sits,
     ringing, and the papers' claims."""
-    lines = ["| method | seeds | pass@1 | pass@16 | pass@64 | greedy | pass@16, carry | final H | track err |",
-             "|---|---|---|---|---|---|---|---|---|"]
     lines = summary_table(records).splitlines()
     lines += ["", "Paired by seed, method minus plain GRPO (mean ± SE, seeds):", "",
               "| method | pass@1 | pass@16 | pass@64 | greedy |", "|---|---|---|---|---|"]
