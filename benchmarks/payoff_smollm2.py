@@ -1,0 +1,308 @@
+"""The payoff study on SmolLM2 (issue 50, study 3): the tiny study's question on a real pretrained LLM.
+
+The rule (task, seeds, horizon, stages, what counts as a gain, the futility stop) is written in ``docs/payoff.md``,
+"Study 3", before the runs. The methods and the recommended recipe are the tiny study's (:mod:`benchmarks.payoff`).
+One (method, seed) at a time, each finished run appended to a JSON-lines cache (a cached run is skipped):
+
+    python -m benchmarks.payoff_smollm2 run --methods base,grpo,bonus_wsd03 --seeds 0-4
+    python -m benchmarks.payoff_smollm2 report
+    python -m benchmarks.payoff_smollm2 figures
+
+Every run trains ``smollm2_hard`` (SmolLM2-135M-Instruct, two-shot ``a+b`` with 10 <= a < 100 and b < 10) for the
+same number of optimizer steps on the seed's prompts, off-policy (``steps_per_generation=4``), and records held-out
+pass@1 and pass@16 every ``EVAL_EVERY`` steps, then pass@k (k = 1..32), greedy accuracy and the sampled entropy on the
+held-out problems, split by problems with and without a carry into the tens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+
+from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, paired
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "payoff_smollm2.jsonl")
+TESTBED = "smollm2_hard"
+STEPS = 60
+EVAL_EVERY = 20
+LEARNING_RATE = 5e-5  # the setting of issue 50's first SmolLM2 measurement (the testbed's 1e-5 is for tracking)
+N_FINAL_PROBLEMS, N_FINAL_SAMPLES = 64, 32
+N_CURVE_PROBLEMS, N_CURVE_SAMPLES = 32, 16
+BASE_SAMPLES = 64  # the starting model is scored with 64 samples, for the testbed's pass@64 criterion
+HELDOUT_SEED = 0
+PRIMARY = ["grpo", "dapo", "trl_hold", RECOMMENDED]
+KS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def heldout_problems(tb) -> list[dict]:
+    """The study's held-out problems: 64 of the testbed's 160, drawn once with ``HELDOUT_SEED``, in their order."""
+    every = tb.heldout(10_000, 0)
+    keep = sorted(random.Random(HELDOUT_SEED).sample(range(len(every)), N_FINAL_PROBLEMS))
+    return [every[i] for i in keep]
+
+
+def _operands(prompt: str) -> tuple[int, int]:
+    a, b = prompt.rsplit("\n", 1)[-1].rstrip("=").split("+")
+    return int(a), int(b)
+
+
+def has_carry(prompt: str) -> bool:
+    a, b = _operands(prompt)
+    return a % 10 + b % 10 >= 10
+
+
+class _AnswerDiversity:
+    """The testbed's reward, recording per training generation batch the mean number of distinct first-line answers
+    among the ``group`` completions of each prompt."""
+
+    def __init__(self, reward, group: int):
+        self.reward, self.group, self.distinct = reward, group, []
+        self.__name__ = getattr(reward, "__name__", "reward")
+
+    def __call__(self, completions, answer, **kwargs):
+        from trl_entropy.testbeds.addition import first_line
+
+        if "trainer_state" in kwargs:  # GRPOTrainer's rollouts, not the held-out scoring
+            got = [first_line(c) for c in completions]
+            self.distinct.append(statistics.fmean(len(set(got[i : i + self.group]))
+                                                  for i in range(0, len(got), self.group)))
+        return self.reward(completions, answer, **kwargs)
+
+
+def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
+    """pass@k (k <= n), greedy accuracy, sampled entropy and distinct answers, overall and by carry / no carry."""
+    from trl_entropy.demo.testbed import sample_completions
+    from trl_entropy.metrics import pass_at_k
+    from trl_entropy.testbeds.addition import accuracy_reward, first_line
+
+    texts, ents = sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7,
+                                     max_new_tokens=4, batch_size=512)
+    correct = accuracy_reward(texts, [p["answer"] for p in problems for _ in range(n)])
+    counts = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(problems))]
+    greedy_texts, _ = sample_completions(model, tokenizer, problems, n_samples=1, temperature=0.0, max_new_tokens=4,
+                                         batch_size=512)
+    greedy = accuracy_reward(greedy_texts, [p["answer"] for p in problems])
+    carry = [has_carry(p["prompt"]) for p in problems]
+    out = {}
+    for part, keep in (("all", [True] * len(problems)), ("carry", carry), ("no_carry", [not c for c in carry])):
+        idx = [i for i, k in enumerate(keep) if k]
+        out[part] = {
+            "n_problems": len(idx),
+            "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, counts[i], k) for i in idx) for k in KS if k <= n},
+            "greedy": statistics.fmean(greedy[i] for i in idx),
+            "entropy": statistics.fmean(x for i in idx for j in range(n) for x in ents[i * n + j]),
+            "distinct_answers": statistics.fmean(len({first_line(t) for t in texts[i * n : (i + 1) * n]}) for i in idx),
+        }
+    out["per_problem_correct"] = counts
+    out["samples"] = n
+    return out
+
+
+def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/payoff_smollm2") -> dict:
+    """Train ``method`` with ``seed`` and return its record (``method="base"``: score the starting model)."""
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
+    from trl_entropy.evaluation import PassAtKCallback
+    from trl_entropy.testbeds import get_testbed
+
+    tb = get_testbed(TESTBED)
+    model, tokenizer = tb.load(False)
+    heldout = heldout_problems(tb)
+    t0 = time.perf_counter()
+    record = {"method": method, "seed": seed, "steps": steps, "testbed": TESTBED, "learning_rate": LEARNING_RATE}
+    if method != "base":
+        ours, overrides = METHODS[method]
+        train_ds, _ = tb.datasets(seed)
+        kwargs = tb.grpo_config_kwargs(output_dir=os.path.join(workdir, f"{method}-{seed}"), max_steps=steps,
+                                       seed=seed, steps_per_generation=4, learning_rate=LEARNING_RATE)
+        kwargs.update(overrides)
+        args = (GRPOEntropyConfig if ours else GRPOConfig)(**kwargs)
+        reward = _AnswerDiversity(tb.reward, kwargs["num_generations"])
+        trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(model=model, reward_funcs=reward, args=args,
+                                                                train_dataset=train_ds, processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(PassAtKCallback(trainer, heldout[:N_CURVE_PROBLEMS], n=N_CURVE_SAMPLES, ks=(1, 16),
+                                             max_new_tokens=4, every_n_steps=EVAL_EVERY, at_train_end=False,
+                                             seed=1234))
+        trainer.train()
+        hist = trainer.state.log_history
+        rows = [h for h in hist if "loss" in h]
+        evals = [h for h in hist if "eval/pass@1" in h]
+        record.update(
+            entropy=[h.get("entropy_control/measured", h.get("entropy")) for h in rows],
+            target=[h.get("entropy_control/target") for h in rows],
+            reward=[h.get("reward") for h in rows],
+            curve={"step": [h["step"] for h in evals], "pass@1": [h["eval/pass@1"] for h in evals],
+                   "pass@16": [h["eval/pass@16"] for h in evals]},
+            distinct_answers=reward.distinct,
+        )
+        if any(t is not None for t in record["target"]):
+            from trl_entropy.metrics import tracking_error
+
+            record["tracking_error"] = tracking_error(record["entropy"], record["target"])
+        model = trainer.model
+    record["final"] = final_evaluation(model, tokenizer, heldout, BASE_SAMPLES if method == "base" else N_FINAL_SAMPLES)
+    record["wall_s"] = time.perf_counter() - t0
+    return record
+
+
+def _load(path=RESULTS) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _seeds(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def cmd_run(args):
+    done = {(r["method"], r["seed"]) for r in _load(args.results)}
+    for method in args.methods.split(","):
+        if method != "base" and method not in METHODS:
+            sys.exit(f"unknown method {method!r}; choose from base, {', '.join(METHODS)}")
+        for seed in _seeds(args.seeds) if method != "base" else [0]:
+            if (method, seed) in done:
+                continue
+            record = run_one(method, seed, args.steps)
+            os.makedirs(os.path.dirname(args.results), exist_ok=True)
+            with open(args.results, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            fin = record["final"]["all"]["pass_at_k"]
+            print(f"{method} seed {seed}: pass@1 {fin['1']:.3f} pass@16 {fin['16']:.3f} pass@32 {fin['32']:.3f} "
+                  f"greedy {record['final']['all']['greedy']:.3f} ({record['wall_s']:.0f} s)", flush=True)
+
+
+def _pk(k, part="all"):
+    return lambda r: r["final"][part]["pass_at_k"][k]
+
+
+def report(records: list[dict]) -> str:
+    """The table, the paired comparisons against plain GRPO, and the goal's verdict."""
+    lines = ["| method | seeds | pass@1 | pass@16 | pass@32 | greedy | pass@16, carry | final H | distinct / 4 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def ms(xs):
+        return "–" if not xs else f"{statistics.fmean(xs):.3f}" + (f" ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else "")
+
+    for m in ["base"] + list(METHODS):
+        rs = [r for r in records if r["method"] == m]
+        if not rs:
+            continue
+        f = [r["final"] for r in rs]
+        distinct = [statistics.fmean(r["distinct_answers"][-3:]) for r in rs if r.get("distinct_answers")]
+        lines.append(f"| {m} | {len(rs)} | {ms([x['all']['pass_at_k']['1'] for x in f])} | "
+                     f"{ms([x['all']['pass_at_k']['16'] for x in f])} | {ms([x['all']['pass_at_k']['32'] for x in f])} | "
+                     f"{ms([x['all']['greedy'] for x in f])} | {ms([x['carry']['pass_at_k']['16'] for x in f])} | "
+                     f"{ms([x['all']['entropy'] for x in f])} | " + (f"{statistics.fmean(distinct):.2f}" if distinct else "–")
+                     + " |")
+    base = [r for r in records if r["method"] == "base"]
+    if base:
+        b = base[0]["final"]["all"]["pass_at_k"]
+        lines += ["", f"Starting model ({BASE_SAMPLES} samples): pass@1 {b['1']:.3f}, pass@64 {b['64']:.3f} "
+                  "(criteria: pass@1 <= 0.30, pass@64 >= 0.70)"]
+    lines += ["", "Paired by seed, method minus plain GRPO (mean ± SE, seeds):", "",
+              "| method | pass@1 | pass@16 | pass@32 | greedy |", "|---|---|---|---|---|"]
+    for m in [x for x in METHODS if x != "grpo"]:
+        cells = [_fmt(*paired(records, m, "grpo", key))
+                 for key in (_pk("1"), _pk("16"), _pk("32"), lambda r: r["final"]["all"]["greedy"])]
+        if cells[0] != "–":
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    d16, se16, n = paired(records, RECOMMENDED, "grpo", _pk("16"))
+    d1, se1, _ = paired(records, RECOMMENDED, "grpo", _pk("1"))
+    lines += ["", f"Goal, `{RECOMMENDED}` against `grpo` on {n} paired seeds:",
+              f"- pass@16 {_fmt(d16, se16, n)}: " + ("met (> 2 SE)" if n > 1 and d16 > 2 * se16 else "not met"),
+              f"- pass@1 {_fmt(d1, se1, n)}: " + ("met (above -1 SE)" if n > 1 and d1 > -se1 else "not met")]
+    grpo = [r for r in records if r["method"] == "grpo"]
+    if grpo:
+        # the last third: the curve's pass@1 at 2/3 of the horizon against the final model's on the curve problems
+        from trl_entropy.metrics import pass_at_k
+
+        def last_third(r):
+            c = dict(zip(r["curve"]["step"], r["curve"]["pass@1"]))
+            end = statistics.fmean(pass_at_k(r["final"]["samples"], x, 1)
+                                   for x in r["final"]["per_problem_correct"][:N_CURVE_PROBLEMS])
+            return end - c[2 * STEPS // 3]
+        rise = statistics.fmean(last_third(r) for r in grpo)
+        lines.append(f"- plain GRPO's mean held-out pass@1 rose {rise:+.3f} over the last third "
+                     + ("(plateaued: the stretch applies)" if rise <= 0.03 else "(still rising)"))
+    return "\n".join(lines)
+
+
+def figures(records: list[dict], out_dir: str) -> list[str]:
+    """pass@k of the final models, and the held-out learning curves, for the starting model and the primary methods."""
+    from trl_entropy._plotting import k_axis, new_figure, save_figure
+    from trl_entropy.metrics import pass_at_k
+
+    by = {}
+    for r in records:
+        by.setdefault(r["method"], []).append(r)
+    present = [m for m in ["base"] + PRIMARY if m in by]
+    styles = {m: dict(color=f"C{i}") for i, m in enumerate(present)}
+    styles.get("base", {}).update(color="k", ls="--")
+    fig, axes = new_figure(1, 3, figsize=(16, 4))
+    for ax, part, title in ((axes[0, 0], "all", "all held-out problems"), (axes[0, 1], "carry", "with a carry")):
+        for m in present:
+            ks = sorted(int(k) for k in by[m][0]["final"][part]["pass_at_k"])
+            ys = [statistics.fmean(r["final"][part]["pass_at_k"][str(k)] for r in by[m]) for k in ks]
+            ax.plot(ks, ys, marker="o", ms=3, label=f"{LABELS[m]} ({len(by[m])})", **styles[m])
+            k_axis(ax, ks)
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k")
+        ax.set_title(f"SmolLM2: final pass@k, {title}")
+    axes[0, 0].legend(fontsize=8)
+    ax = axes[0, 2]
+    for m in [x for x in present if x != "base"]:
+        steps = [0] + by[m][0]["curve"]["step"]
+
+        def at(r, i):
+            if i == 0:  # the starting model on the curve's problems
+                base = by["base"][0]["final"] if "base" in by else None
+                return (statistics.fmean(pass_at_k(base["samples"], c, 1) for c in base["per_problem_correct"]
+                                         [:N_CURVE_PROBLEMS]) if base else math.nan)
+            return r["curve"]["pass@1"][i - 1]
+        ys = [statistics.fmean(at(r, i) for r in by[m]) for i in range(len(steps))]
+        ax.plot(steps, ys, marker="o", ms=3, label=LABELS[m], **styles[m])
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out pass@1")
+    ax.set_title("SmolLM2: held-out pass@1 during training (mean over seeds)")
+    ax.legend(fontsize=8)
+    return [save_figure(fig, os.path.join(out_dir, "payoff_smollm2.png"))]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--methods", default="base,grpo")
+    r.add_argument("--seeds", default="0")
+    r.add_argument("--steps", type=int, default=STEPS)
+    r.add_argument("--results", default=RESULTS)
+    r.set_defaults(func=cmd_run)
+    rp = sub.add_parser("report")
+    rp.add_argument("--results", default=RESULTS)
+    rp.set_defaults(func=lambda a: print(report(_load(a.results))))
+    f = sub.add_parser("figures")
+    f.add_argument("--results", default=RESULTS)
+    f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                     "docs", "img"))
+    f.set_defaults(func=lambda a: [print("wrote", x) for x in figures(_load(a.results), a.out_dir)])
+    args = p.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
