@@ -98,19 +98,21 @@ def test_reference_forward_is_never_the_policy(tmp_path, model_dir, peft):
     from trl.trainer.utils import use_adapter
 
     trainer = run(tmp_path, "a", model_dir, peft=peft, entrocraft_entropy_source="scoring_pass", train=False)
-    trainer._ec_policy_adapter = trainer._peft_policy_adapter()
-    assert trainer._is_policy_forward(trainer.model)
+    from trl_entropy.trainers.passes import is_policy_forward, peft_active_adapter
+
+    adapter = peft_active_adapter(trainer)
+    assert is_policy_forward(trainer, trainer.model, adapter)
     if peft is None:
-        assert trainer.ref_model is not None and not trainer._is_policy_forward(trainer.ref_model)
+        assert trainer.ref_model is not None and not is_policy_forward(trainer, trainer.ref_model, adapter)
         return
     assert trainer.ref_model is None
     model = trainer.accelerator.unwrap_model(trainer.model)
     assert ("ref" in model.peft_config) == (peft == "wrapped")
     with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):  # as TRL does
-        assert not trainer._is_policy_forward(trainer.model)
+        assert not is_policy_forward(trainer, trainer.model, adapter)
     with model.disable_adapter():
-        assert not trainer._is_policy_forward(trainer.model)
-    assert trainer._is_policy_forward(trainer.model)
+        assert not is_policy_forward(trainer, trainer.model, adapter)
+    assert is_policy_forward(trainer, trainer.model, adapter)
 
 
 def plain_entropies(model, inputs, temperature):

@@ -8,7 +8,7 @@ import torch
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
 from trl import GRPOTrainer
 
-import trl_entropy.trainers.grpo_entropy_trainer as trainer_module
+import trl_entropy.losses.loss_path as loss_path_module
 from trl_entropy import GRPOEntropyTrainer
 from trl_entropy.controls import ClipCovControl, EntropicControl, KLCovControl, TokenBatch
 from trl_entropy.losses import clip_cov_selection, kl_cov_selection, ppo_clipped_tokens, token_covariance
@@ -97,12 +97,12 @@ def test_switched_off_equals_trl_compute_loss(tmp_path, name, loss_type, level, 
         inputs["importance_sampling_ratio"] = torch.exp(0.2 * torch.randn(shape, generator=g))
 
     calls = []
-    original = trainer_module.trainer_compute_loss
-    trainer_module.trainer_compute_loss = lambda *a, **k: calls.append(1) or original(*a, **k)
+    original = loss_path_module.trainer_compute_loss
+    loss_path_module.trainer_compute_loss = lambda *a, **k: calls.append(1) or original(*a, **k)
     try:
         ours = loss_and_grads(trainer, inputs, trainer._compute_loss)
     finally:
-        trainer_module.trainer_compute_loss = original
+        loss_path_module.trainer_compute_loss = original
     if name == "entropic":  # an additive term only: TRL's own _compute_loss (plus the term, 0 here)
         assert not calls, "EntroPIC keeps TRL's _compute_loss"
     else:
@@ -152,12 +152,13 @@ def test_entropic_on_trl_loss_equals_our_loss_path(tmp_path, loss_type, level, a
         return original(self, *a, **k)
 
     monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
-    # (_compute_loss dispatches to _additive_compute_loss, checked below; called directly here because
-    # _compute_loss also ends the optimizer step, which updates alpha and reads the step counts)
-    trl_path = loss_and_grads(trainer, inputs, trainer._additive_compute_loss)
+    # (_compute_loss dispatches to the additive path, checked below; called directly here because _compute_loss also
+    # ends the optimizer step, which updates alpha and reads the step counts)
+    assert isinstance(trainer._ec_loss, loss_path_module.AdditiveLoss)
+    trl_path = loss_and_grads(trainer, inputs, trainer._ec_loss.compute)
     assert len(forwards) == 1, "TRL's loss forward only: no second forward for the term"
     counts_trl = control.step_counts()
-    fork = loss_and_grads(trainer, inputs, trainer._hooked_compute_loss)
+    fork = loss_and_grads(trainer, inputs, loss_path_module.HookedLoss(trainer).compute)
     counts_fork = control.step_counts()
     plain = loss_and_grads(trainer, inputs, lambda m, x: GRPOTrainer._compute_loss(trainer, m, x))
 
@@ -169,10 +170,10 @@ def test_entropic_on_trl_loss_equals_our_loss_path(tmp_path, loss_type, level, a
         torch.testing.assert_close(trl_path[1][key], fork[1][key], atol=1e-6, rtol=1e-5, msg=key)
 
     dispatched = []
-    additive = GRPOEntropyTrainer._additive_compute_loss
-    monkeypatch.setattr(GRPOEntropyTrainer, "_additive_compute_loss",
+    additive = loss_path_module.AdditiveLoss.compute
+    monkeypatch.setattr(loss_path_module.AdditiveLoss, "compute",
                         lambda self, m, x: dispatched.append(1) or additive(self, m, x))
-    monkeypatch.setattr(trainer_module, "trainer_compute_loss", lambda *a, **k: pytest.fail("not our loss path"))
+    monkeypatch.setattr(loss_path_module, "trainer_compute_loss", lambda *a, **k: pytest.fail("not our loss path"))
     torch.testing.assert_close(trainer._compute_loss(trainer.model, inputs).detach(), trl_path[0])
     assert dispatched == [1]
 
@@ -181,12 +182,12 @@ def test_controls_without_token_hooks_keep_trl_compute_loss(tmp_path):
     args = tiny_args(tmp_path, max_steps=2, entropy_control="w_reinforce")
     trainer = make_trainer(args)
     calls = []
-    original = trainer_module.trainer_compute_loss
-    trainer_module.trainer_compute_loss = lambda *a, **k: calls.append(1) or original(*a, **k)
+    original = loss_path_module.trainer_compute_loss
+    loss_path_module.trainer_compute_loss = lambda *a, **k: calls.append(1) or original(*a, **k)
     try:
         trainer.train()
     finally:
-        trainer_module.trainer_compute_loss = original
+        loss_path_module.trainer_compute_loss = original
     assert not calls
 
 
@@ -202,7 +203,7 @@ class Recorder:
         self.records = []
 
     def __enter__(self):
-        self.original = trainer_module.trainer_compute_loss
+        self.original = loss_path_module.trainer_compute_loss
 
         def wrapped(trainer, model, inputs, hooks_fn=None):
             loss, details = self.original(trainer, model, inputs, hooks_fn, return_details=True)
@@ -210,11 +211,11 @@ class Recorder:
             self.records.append(details)
             return loss
 
-        trainer_module.trainer_compute_loss = wrapped
+        loss_path_module.trainer_compute_loss = wrapped
         return self
 
     def __exit__(self, *exc):
-        trainer_module.trainer_compute_loss = self.original
+        loss_path_module.trainer_compute_loss = self.original
 
 
 @pytest.mark.parametrize("scope", ["global", "local"])

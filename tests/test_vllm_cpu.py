@@ -128,12 +128,10 @@ def test_patch_replaces_the_sync_once_and_only_for_colocate():
 
 
 def test_vllm_stops_at_every_eos_id_of_the_policy():
-    from trl_entropy import GRPOEntropyTrainer
-
     args = types.SimpleNamespace(generation_kwargs={"stop_token_ids": [5], "top_k": 3})
     generation = types.SimpleNamespace(generation_kwargs=args.generation_kwargs)
     trainer = types.SimpleNamespace(vllm_generation=generation, eos_token_ids=[2, 198, 5])
-    GRPOEntropyTrainer._ec_stop_vllm_at_every_eos(trainer)
+    vllm_cpu.stop_at_every_eos(trainer)
     assert generation.generation_kwargs == {"stop_token_ids": [5, 2, 198], "top_k": 3}
     assert args.generation_kwargs == {"stop_token_ids": [5], "top_k": 3}  # the user's dict is not changed
 

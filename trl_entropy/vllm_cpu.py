@@ -56,9 +56,11 @@ __all__ = [
     "InternalsChanged",
     "check_internals",
     "engine_arguments",
+    "engine_for",
     "patch_colocate_weight_sync",
     "policy_dtype_name",
     "require",
+    "stop_at_every_eos",
     "sync_weights_on_cpu",
     "tied_groups",
     "vllm_runs_on_cpu",
@@ -76,6 +78,19 @@ VLLM_INTERNALS = (
     ("layer", "quant_method", "each linear/embedding layer's method; its process_weights_after_loading(layer) "
      "repacks the layer's CPU kernel from layer.weight"),
 )
+
+
+def stop_at_every_eos(trainer) -> None:
+    """vLLM ends a completion at the eos ids of the model folder's generation_config.json, TRL's transformers path at
+    every id of the model's generation config in memory (``trainer.eos_token_ids``; e.g. a newline the testbeds add):
+    hand vLLM the missing ones as ``stop_token_ids``, so both paths end completions at the same tokens. Any vLLM mode,
+    on any device. The dict is copied: ``args.generation_kwargs`` stays as the user gave it."""
+    generation = trainer.vllm_generation
+    given = dict(generation.generation_kwargs or {})
+    stop = list(given.get("stop_token_ids") or [])
+    stop += [i for i in trainer.eos_token_ids if i is not None and i not in stop]
+    if stop:
+        generation.generation_kwargs = {**given, "stop_token_ids": stop}
 
 
 def vllm_runs_on_cpu() -> bool:
@@ -127,6 +142,18 @@ def engine_arguments(**arguments):
         yield
     finally:
         _trl_private.set_trl_vllm_engine_class(module, original)
+
+
+def engine_for(trainer, args):
+    """The context a trainer's `GRPOTrainer.__init__` runs in: with colocated vLLM on CPU (:func:`wants_cpu_colocate`),
+    the engine starts in the policy's dtype (vLLM's "auto" would run a float32 policy in bfloat16 on CPU), and sleep
+    mode is refused (vLLM sleeps on CUDA, ROCm and XPU only); otherwise nothing."""
+    if not wants_cpu_colocate(args):
+        return contextlib.nullcontext()
+    if args.vllm_enable_sleep_mode:
+        raise ValueError("vllm_enable_sleep_mode=True is not available with vLLM on CPU (vLLM sleeps on CUDA, ROCm "
+                         "and XPU only): set it to False.")
+    return engine_arguments(dtype=lambda: policy_dtype_name(getattr(trainer, "model", None)))
 
 
 def tied_groups(named_weights: Iterable[tuple[str, object]]) -> list[list[str]]:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from ..citations import BIBTEX
+from ..losses.loss_path import TokenBatch  # noqa: F401  (re-exported: what a token-hook control sees)
 from ..losses.policy_loss import TokenHooks
 from ..scheduling.controllers import AdaptiveClipController, LambdaStepController
 
@@ -376,24 +377,6 @@ class ControllerControl(EntropyControl):
 
     def load_state_dict(self, state):
         self.controller.load_state_dict(state)
-
-
-@dataclass
-class TokenBatch:
-    """What a token-hook control sees of one micro-batch (all detached).
-
-    ``logps``/``old_logps`` (B, T) current and sampling-policy log-probs (``old_logps == logps`` on-policy);
-    ``advantages`` (B, 1) or (B, T); ``mask`` (B, T) bool loss mask; ``epsilon_low``/``epsilon_high`` and
-    ``importance_sampling_level`` as the trainer uses them for this micro-batch.
-    """
-
-    logps: torch.Tensor
-    old_logps: torch.Tensor
-    advantages: torch.Tensor
-    mask: torch.Tensor
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
-    importance_sampling_level: str = "token"
 
 
 def _cat_batches(batches: list[TokenBatch]) -> TokenBatch:

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-__all__ = ["entrocraft_acceptance", "entrocraft_sign", "band_from_target"]
+__all__ = ["entrocraft_acceptance", "entrocraft_sign", "band_from_target", "reject_rollouts"]
 
 MODES = ("stochastic", "hard")
 
@@ -138,3 +138,22 @@ def entrocraft_acceptance(
     probability = torch.exp(exponent)  # min(1, exp(x)) == exp(min(0, x)); underflows to 0, never overflows
     u = torch.rand(advantages.shape, generator=generator, device="cpu")
     return (u.double() < probability).to(advantages.device)
+
+
+def reject_rollouts(output: dict, keep: torch.Tensor, loss_mask: torch.Tensor, normalizer: str = "kept"):
+    """Apply a keep-mask (B,) to a TRL generation batch ``output``, in place: rejected rollouts get a zero advantage.
+
+    With ``normalizer="kept"`` they also leave TRL's loss mask through its ``tool_mask`` key (which TRL multiplies
+    into the mask; attention is untouched), ``output["ec_keep"]`` holds the mask (for loss types that normalise per
+    row), and the local count of kept loss tokens is returned (the caller sums it over processes into
+    ``num_items_in_batch``); otherwise ``None``.
+    """
+    keep_f = keep.to(output["advantages"].dtype)
+    output["advantages"] = output["advantages"] * (keep_f if output["advantages"].dim() == 1 else keep_f[:, None])
+    if normalizer != "kept":
+        return None
+    row_keep = keep.to(output["completion_mask"].dtype)[:, None]
+    tool_mask = output.get("tool_mask")
+    output["tool_mask"] = row_keep.expand_as(output["completion_mask"]) if tool_mask is None else tool_mask * row_keep
+    output["ec_keep"] = keep_f
+    return (loss_mask * row_keep).sum()

@@ -261,6 +261,16 @@ class SaturationMonitor:
         """Whether the last ``window`` updates all pushed into a limit in the same direction."""
         return self.count >= self.window
 
+    def message(self, step: int, control: str, knob: str | None, value: float, measured: float, target: float) -> str:
+        """The warning of a control that became saturated (``knob``: its name, ``value``: where it sits)."""
+        side = "below" if self.push > 0 else "above"
+        knob = f"its knob {knob} = {value:g}" if knob else "its knob"
+        return (f"Step {step}: entropy_control={control!r} is saturated: for {self.window} steps {knob} has sat at a "
+                f"limit of its range while the entropy stayed {side} its target ({measured:.3f} vs {target:.3f} "
+                "nats). The target is beyond what this control can reach with this model, task and learning rate: "
+                "widen the knob's range where it has one, choose a reachable target, or use a control with more "
+                "authority (docs: testbeds, 'Knob authority'). Logged as entropy_control/saturated.")
+
     def update(self, push: int) -> bool:
         """Record one optimizer step's ``push`` (a control's ``limit_push``: +1, -1 or 0) and return
         :attr:`saturated`. A push of the other sign, or 0, starts the count again."""
