@@ -133,3 +133,31 @@ def test_nonfinite_inputs_rejected_clearly():
         entrocraft_acceptance([0.0, 1.0], 0.9, 0.4, 0.6, 1.0)
     with pytest.raises(ValueError, match="entropy"):
         entrocraft_acceptance(torch.zeros(2), float("nan"), 0.4, 0.6, 1.0)
+
+
+def test_reject_rollouts_zeroes_advantages_and_leaves_the_loss_mask_only_with_the_kept_normaliser():
+    from trl_entropy.losses.rejection import reject_rollouts
+
+    def batch(tool_mask=None):
+        out = {"advantages": torch.tensor([1.0, -2.0, 3.0]), "completion_mask": torch.tensor([[1, 1, 0], [1, 1, 1],
+                                                                                            [1, 0, 0]])}
+        if tool_mask is not None:
+            out["tool_mask"] = tool_mask
+        return out
+
+    keep = torch.tensor([True, False, True])
+    mask = batch()["completion_mask"].float()
+    out = batch()
+    assert reject_rollouts(out, keep, mask, normalizer="all") is None
+    assert out["advantages"].tolist() == [1.0, 0.0, 3.0] and "tool_mask" not in out and "ec_keep" not in out
+    out = batch()
+    kept = reject_rollouts(out, keep, mask, normalizer="kept")
+    assert float(kept) == 3.0  # rows 0 and 2: 2 + 1 loss tokens
+    assert out["tool_mask"].tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 1]]
+    assert out["ec_keep"].tolist() == [1.0, 0.0, 1.0]
+    out = batch(tool_mask=torch.tensor([[1, 0, 1], [1, 1, 1], [1, 1, 1]]))  # a tool mask TRL already set is kept
+    reject_rollouts(out, keep, mask, normalizer="kept")
+    assert out["tool_mask"].tolist() == [[1, 0, 1], [0, 0, 0], [1, 1, 1]]
+    per_token = {"advantages": torch.ones(3, 2), "completion_mask": torch.ones(3, 2)}  # (B, T) advantages
+    reject_rollouts(per_token, keep, torch.ones(3, 2), normalizer="all")
+    assert per_token["advantages"].tolist() == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]

@@ -121,7 +121,7 @@ USED_PRIVATE_NAMES = (
     "_get_output_dir",  # output_dir_for_checkpoint: grpo_entropy_trainer.py _save_checkpoint's checkpoint folder
     # -- instance attributes set in GRPOTrainer.__init__
     "_metrics",  # log_metric, has_metrics: grpo_entropy_trainer.py, faults.py, policy_loss.py, callbacks.py, ...
-    "_step",  # micro_step: TRL's micro-batch counter (grpo_entropy_trainer.py: token plan, _hooked_compute_loss)
+    "_step",  # micro_step: TRL's micro-batch counter (losses/loss_path.py: the token plan, HookedLoss)
     "_buffered_inputs",  # buffered_inputs (grpo_entropy_trainer.py), clear_buffered_inputs (curriculum.py)
     "_entropy_bonus_enabled",  # set_entropy_coefficient, entropy_bonus_enabled (controls/, losses/policy_loss.py)
     # -- class attributes
