@@ -21,6 +21,8 @@ import statistics
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from trl_entropy.controls import CONTROL_REGISTRY  # noqa: E402  (after the environment above)
+
 
 def package_defaults() -> dict:
     """The defaults of the fields ``GRPOEntropyConfig`` adds to TRL's ``GRPOConfig``, as JSON stores them."""
@@ -64,12 +66,8 @@ FIELDS_ADDED = {"entropy_measurement": "step", "entropy_bonus_anneal_min": None,
 # The bonus's variants removed after the git tag `pre-law-cut` (issue 51) are here at the values the law keeps; a run
 # recorded before the tag that predates such a field counts as its FIELDS_ADDED value (entropy_bonus_target_lookahead
 # "step", entropy_bonus_integral_error "prediction": such runs are not served as today's).
-FIELDS_REMOVED: dict = {"entropy_bonus_anneal_min": None, "entropy_bonus_integral_error": "level",
-                        "entropy_bonus_pull_gain": 0.0, "entropy_bonus_pull_smoothing": 0.3,
-                        "entropy_bonus_target_lookahead": "horizon", "entropy_bonus_penalty_scope": "all",
-                        "entropy_bonus_integral_scale": "none", "entropy_bonus_antiwindup": "conditional",
-                        "entropy_bonus_integral_clip": 1.0, "entropy_bonus_integral_beyond": "clip",
-                        "entropy_bonus_lower_ki_fraction": 0.0}
+FIELDS_REMOVED: dict = {name: value for cls in CONTROL_REGISTRY.values()
+                        for name, (value, _tag) in cls.removed_settings.items()}
 
 # Fields that act only where the target moves: a change of their default leaves a run on a constant target (every
 # logged target equal) as it was, so such a run is still served.

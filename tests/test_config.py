@@ -375,3 +375,25 @@ def test_a_target_given_as_entropy_target_alone_is_pointed_to_entropy_schedule_s
     with pytest.raises(ValueError, match=r"entropy_schedule_start must be set .* pass entropy_schedule_start=0.5 "
                                          r"instead"):
         cfg(entropy_control="entropy_bonus", entropy_target=0.5)
+
+
+def test_a_removed_setting_names_itself_the_value_kept_and_the_tag(tmp_path):
+    """A setting a control no longer has (the bonus's variants cut after the tag `pre-law-cut`) is an error that says
+    it was removed, what the control does now and where the setting still is: from Python, a recipe and a flag."""
+    from trl_entropy import grpo_script
+    from trl_entropy.controls import CONTROL_REGISTRY
+
+    removed = CONTROL_REGISTRY["entropy_bonus"].removed_settings
+    assert "entropy_bonus_integral_clip" in removed and len(removed) == 11
+    assert not set(removed) & {f.name for f in __import__("dataclasses").fields(GRPOEntropyConfig)}
+    with pytest.raises(TypeError, match=r"entropy_bonus_integral_clip was removed .* acts as "
+                                        r"entropy_bonus_integral_clip=1.0 did.*'pre-law-cut'"):
+        cfg(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entropy_bonus_integral_clip=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'entropy_bonus_nonsense'"):
+        cfg(entropy_bonus_nonsense=1.0)  # any other unknown name: Python's own error
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("testbed: tiny\nentropy_bonus_antiwindup: conditional\n")
+    with pytest.raises(grpo_script.UsageError, match="entropy_bonus_antiwindup was removed.*'pre-law-cut'"):
+        grpo_script.parse_grpo_args(["--config", str(recipe)])
+    with pytest.raises(grpo_script.UsageError, match="entropy_bonus_pull_gain was removed.*'pre-law-cut'"):
+        grpo_script.parse_grpo_args(["--testbed", "tiny", "--entropy_bonus_pull_gain", "0.5"])

@@ -153,6 +153,11 @@ def make_parser(prog: str = "trl-entropy grpo"):
 
 
 def _did_you_mean(name: str, known, prefix: str = "") -> str:
+    from .controls._base import removed_setting
+
+    removed = removed_setting(name)
+    if removed:
+        return f" ({removed})"
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 

@@ -92,6 +92,10 @@ class EntropyControl:
     # into GRPOEntropyConfig (its fields are config fields); a control registered outside the package gets its
     # values from the config's ``entropy_control_settings`` (a dict, or JSON on the command line).
     settings_class: type | None = None
+    # Settings the control once had and no longer has: name -> (what the control does now, as that setting's value;
+    # the git tag of the last commit that had it). Setting one is an error that says so (GRPOEntropyConfig, recipes,
+    # command-line flags).
+    removed_settings: dict[str, tuple[Any, str]] = {}
     demo_description: str = ""  # the demo's one line ("" = not in the demo's list)
     demo_overrides: dict[str, dict[str, Any]] = {}  # testbed name -> config overrides the demo uses there
     # The docs' methods table (docs/methods/index.md, built by trl_entropy.controls.methods_table): the page under
@@ -346,6 +350,17 @@ def methods_table() -> str:
                                       "yes" if cls.follows_target else "no")
         lines.append("| " + " | ".join((label,) + row) + " |")
     return "\n".join(lines)
+
+
+def removed_setting(name: str) -> str | None:
+    """What to tell a user who set ``name``, a setting a registered control no longer has (``None``: not one)."""
+    for control, cls in CONTROL_REGISTRY.items():
+        if name in cls.removed_settings:
+            value, tag = cls.removed_settings[name]
+            return (f"{name} was removed from entropy_control={control!r} (CHANGELOG.md says why); the control now "
+                    f"acts as {name}={value!r} did. To reproduce a run that set it, install trl-entropy at the git tag "
+                    f"{tag!r}")
+    return None
 
 
 def get_control_class(name: str) -> type[EntropyControl]:

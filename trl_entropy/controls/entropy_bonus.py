@@ -224,6 +224,12 @@ class EntropyBonusControl(ControllerControl):
     config_prefixes = ("entropy_bonus_", "entropy_coef")
     citations = ("he2025",)
     settings_class = EntropyBonusSettings
+    removed_settings = {name: (value, "pre-law-cut") for name, value in {
+        "entropy_bonus_anneal_min": None, "entropy_bonus_integral_error": "level", "entropy_bonus_pull_gain": 0.0,
+        "entropy_bonus_pull_smoothing": 0.3, "entropy_bonus_target_lookahead": "horizon",
+        "entropy_bonus_penalty_scope": "all", "entropy_bonus_integral_scale": "none",
+        "entropy_bonus_antiwindup": "conditional", "entropy_bonus_integral_clip": 1.0,
+        "entropy_bonus_integral_beyond": "clip", "entropy_bonus_lower_ki_fraction": 0.0}.items()}
     demo_description = "feedback entropy bonus: a signed coefficient under PI + feed-forward control (this package)"
     docs_page = "entropy-bonus.md"
     docs_row = ('feedback entropy bonus: a signed coefficient (bonus or penalty) under a filtered, predictive PI law with feed-forward (this package; the recommendation)',

@@ -15,7 +15,7 @@ from .._paths import is_hub_model_id
 from ..controls import BUILTIN_SETTINGS
 from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls
 from ..controls._base import is_number as _is_number
-from ..controls._base import parse_control_settings
+from ..controls._base import parse_control_settings, removed_setting
 from ..controls._covariance import COV_SCOPES  # noqa: F401 (kept importable from here)
 from ..controls.entrocraft import ENTROCRAFT_ENTROPY_SOURCES, ENTROCRAFT_MODES, ENTROCRAFT_NORMALIZERS  # noqa: F401
 from ..controls.positive_reweight import POSITIVE_REWEIGHT_SCHEDULES  # noqa: F401
@@ -314,6 +314,13 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
         metadata={"help": "Settings of a control registered outside the package (its settings_class), as a JSON "
                           "object, e.g. '{\"my_gain\": 0.5}'."},
     )
+
+    def __new__(cls, *args, **kwargs):
+        # a setting a control no longer has: say so, and where it still is, instead of "unexpected keyword argument"
+        removed = [message for message in map(removed_setting, kwargs) if message]
+        if removed:
+            raise TypeError("; ".join(removed) + ".")
+        return super().__new__(cls)
 
     def __post_init__(self):
         self._validate_bool_fields()  # before GRPOConfig acts on a truthy string such as "no"
