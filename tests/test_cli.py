@@ -492,6 +492,9 @@ def test_testbed_smollm2_and_explicit_flags_win(tmp_path):
     s, _, m, _ = grpo_script.parse_grpo_args(["--testbed", "smollm2"] + CPU)
     assert (m.model_name_or_path, s.dataset_name, s.reward_funcs) == ("smollm2", "smollm2_addition",
                                                                         ["smollm2_addition"])
+    s, _, m, _ = grpo_script.parse_grpo_args(["--testbed", "smollm2_hard"] + CPU)
+    assert (m.model_name_or_path, s.dataset_name, s.reward_funcs) == ("smollm2", "smollm2_addition_hard",
+                                                                        ["smollm2_addition"])
     s, _, m, _ = grpo_script.parse_grpo_args(["--testbed", "tiny", "--dataset_name", "d", "--reward_funcs",
                                               "boxed_accuracy"] + CPU)
     assert (m.model_name_or_path, s.dataset_name, s.reward_funcs) == ("testbed", "d", ["boxed_accuracy"])
@@ -640,7 +643,7 @@ def test_cli_docs_tables_list_the_values_and_flags_of_the_help():
     text = open(os.path.join(ROOT, "docs", "cli.md"), encoding="utf-8").read()
     text = text.split("## `trl-entropy grpo`", 1)[1].split("\n## ", 1)[0]  # the grpo section, not the demo's
     actions = {a.dest: a for a in grpo_script.make_parser()._actions}
-    special = {"testbed", "smollm2", "smollm2_addition", "tiny"}
+    special = {"testbed", "smollm2", "smollm2_addition", "smollm2_addition_hard", "tiny"}
     for dest in ("model_name_or_path", "dataset_name", "reward_funcs", "reward_model_name_or_path", "testbed",
                  "dataset_prompt_column"):
         row = _doc_row(text, f"--{dest}")
@@ -654,3 +657,16 @@ def test_cli_docs_tables_list_the_values_and_flags_of_the_help():
         assert f"`{name}`" in text, f"reward function {name!r} is not in docs/cli.md"
     for word in ("--debug", "TRL_ENTROPY_DEBUG", "no such folder", "Saved into"):
         assert word in text
+
+
+def test_the_hard_smollm2_dataset_name_loads_the_hard_task():
+    """`--dataset_name smollm2_addition_hard` (what `--testbed smollm2_hard` fills in) is the testbed smollm2_hard's
+    task: a two-digit number plus a digit, under that task's two-shot prompt, held-out problems never trained on."""
+    from trl_entropy.testbeds import addition
+
+    args = grpo_script.ScriptArguments(dataset_name="smollm2_addition_hard")
+    train, test = grpo_script._load_splits(args, eval_wanted=True)
+    assert all(p.startswith(addition.HARD_PREFIX) for p in list(train["prompt"])[:50] + list(test["prompt"]))
+    queries = {p.rsplit("\n", 1)[-1] for p in train["prompt"]}
+    assert all(10 <= int(q.split("+")[0]) < 100 for q in queries)
+    assert not queries & {p.rsplit("\n", 1)[-1] for p in test["prompt"]} and len(test) == 160

@@ -1,4 +1,4 @@
-"""`trl-entropy grpo`: `trl grpo` with `GRPOEntropyTrainer`, plus the offline testbeds (`--testbed tiny|smollm2`).
+"""`trl-entropy grpo`: `trl grpo` with `GRPOEntropyTrainer`, plus the offline testbeds (`--testbed NAME`).
 
 The flags are TRL's own: `trl grpo`'s script arguments (dataset, `--reward_funcs`, `--reward_model_name_or_path`),
 `trl.ModelConfig` (model loading, LoRA, quantization) and every `GRPOEntropyConfig` field; the model, PEFT and
@@ -27,13 +27,18 @@ TESTBED = "testbed"
 TESTBED_HEADROOM = "testbed_headroom"  # the tiny model warmed up to drop most carries (testbed tiny_headroom)
 SMOLLM2 = "smollm2"  # the SmolLM2-135M-Instruct testbed model (trl_entropy.testbeds), stopped at a newline
 SMOLLM2_DATASET = "smollm2_addition"  # its task: two-shot addition (splits 'train' and 'test')
+SMOLLM2_HARD_DATASET = "smollm2_addition_hard"  # a two-digit number plus a digit (testbed smollm2_hard)
 
 # `--testbed NAME`: the model, dataset and reward it fills in (those that no flag or recipe key sets)
 TESTBEDS = {
     "tiny": dict(model_name_or_path=TESTBED, dataset_name=TESTBED, reward_funcs=[TESTBED]),
     "tiny_headroom": dict(model_name_or_path=TESTBED_HEADROOM, dataset_name=TESTBED, reward_funcs=[TESTBED]),
     "smollm2": dict(model_name_or_path=SMOLLM2, dataset_name=SMOLLM2_DATASET, reward_funcs=[SMOLLM2_DATASET]),
+    "smollm2_hard": dict(model_name_or_path=SMOLLM2, dataset_name=SMOLLM2_HARD_DATASET,
+                         reward_funcs=[SMOLLM2_DATASET]),
 }
+# The offline datasets by name, and the testbed each comes from.
+_TESTBED_DATASETS = {TESTBED: "tiny", SMOLLM2_DATASET: "smollm2", SMOLLM2_HARD_DATASET: "smollm2_hard"}
 
 
 class UsageError(ValueError):
@@ -50,9 +55,9 @@ class ScriptArguments(TrlScriptArguments):
 
     Args:
         dataset_name (`str`, *optional*):
-            Hub id or local path of the dataset, `"testbed"` for the tiny testbed's offline 2-digit addition problems
-            or `"smollm2_addition"` for the SmolLM2 testbed's (splits `"train"` and `"test"`). Required unless a
-            `datasets` mixture or `testbed` gives the data.
+            Hub id or local path of the dataset, `"testbed"` for the tiny testbed's offline 2-digit addition problems,
+            `"smollm2_addition"` for the SmolLM2 testbed's or `"smollm2_addition_hard"` for its harder task (splits
+            `"train"` and `"test"`). Required unless a `datasets` mixture or `testbed` gives the data.
         dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`):
             Column that holds the prompt; renamed to `"prompt"`, which `GRPOTrainer` reads.
         reward_funcs (`list[str]`, *optional*):
@@ -64,7 +69,8 @@ class ScriptArguments(TrlScriptArguments):
             Hub id or local folder of a reward model (a sequence classifier), used before the `reward_funcs`, as in
             `trl grpo`.
         testbed (`str`, *optional*):
-            `"tiny"` or `"smollm2"`: fills whichever of `model_name_or_path`, `dataset_name` and `reward_funcs` is not
+            `"tiny"`, `"tiny_headroom"`, `"smollm2"` or `"smollm2_hard"`: fills whichever of `model_name_or_path`,
+            `dataset_name` and `reward_funcs` is not
             set with that testbed's model, task and reward.
         entropy_control_module (`list[str]`, *optional*):
             Modules to import before the flags are parsed, e.g. `my_pkg.my_controls`, so that the controls they
@@ -75,8 +81,9 @@ class ScriptArguments(TrlScriptArguments):
     dataset_name: str | None = field(
         default=None,
         metadata={"help": "Hub id or local path of the dataset, 'testbed' for the tiny testbed's offline 2-digit "
-                          "addition problems, or 'smollm2_addition' for the SmolLM2 testbed's task (splits 'train' "
-                          "and 'test'). Required, unless `datasets` (a mixture) or --testbed gives the data."},
+                          "addition problems, 'smollm2_addition' for the SmolLM2 testbed's task or "
+                          "'smollm2_addition_hard' for its harder one (splits 'train' and 'test'). Required, unless "
+                          "`datasets` (a mixture) or --testbed gives the data."},
     )
     dataset_prompt_column: str = field(
         default="prompt",
@@ -95,12 +102,13 @@ class ScriptArguments(TrlScriptArguments):
         metadata={"help": "Hub id or local folder of a reward model (sequence classification), scored before the "
                           "reward_funcs, as in `trl grpo`."},
     )
-    testbed: Literal["tiny", "tiny_headroom", "smollm2"] | None = field(
+    testbed: Literal["tiny", "tiny_headroom", "smollm2", "smollm2_hard"] | None = field(
         default=None,
         metadata={"help": "An offline testbed: 'tiny' (model, dataset and reward 'testbed'), 'tiny_headroom' (model "
                           "'testbed_headroom', the tiny model warmed up to drop most carries, with the same dataset "
-                          "and reward) or 'smollm2' (model "
-                          "'smollm2', dataset and reward 'smollm2_addition'); fills whichever of "
+                          "and reward), 'smollm2' (model 'smollm2', dataset and reward 'smollm2_addition') or "
+                          "'smollm2_hard' (the same model and reward, dataset 'smollm2_addition_hard': a two-digit "
+                          "number plus a digit); fills whichever of "
                           "--model_name_or_path, --dataset_name and --reward_funcs is not given."},
     )
     entropy_control_module: list[str] | None = field(
@@ -138,7 +146,7 @@ class _Parser(TrlParser):
     the full one, which lists some 270 flags."""
 
     def error(self, message):
-        self.exit(2, f"usage: {self.prog} [--config RECIPE.yaml] [--testbed tiny|smollm2] [--FLAG VALUE ...]   "
+        self.exit(2, f"usage: {self.prog} [--config RECIPE.yaml] [--testbed NAME] [--FLAG VALUE ...]   "
                      f"({self.prog} --help lists every flag)\n{self.prog}: error: {message}\n")
 
 
@@ -410,14 +418,15 @@ def _load_splits(script_args: ScriptArguments, eval_wanted: bool, dataset_args=N
                           "mixture is used and dataset_name is ignored.", stacklevel=2)
         dataset, source = get_dataset(dataset_args), "the `datasets` mixture"
     elif script_args.dataset_name is None:
-        raise UsageError("dataset_name is not set: set --dataset_name (a Hub id, a local path, 'testbed' or "
-                         "'smollm2_addition'), a `datasets` mixture in the recipe, or --testbed.")
-    elif script_args.dataset_name in (TESTBED, SMOLLM2_DATASET):
+        raise UsageError("dataset_name is not set: set --dataset_name (a Hub id, a local path, 'testbed', "
+                         "'smollm2_addition' or 'smollm2_addition_hard'), a `datasets` mixture in the recipe, or "
+                         "--testbed.")
+    elif script_args.dataset_name in _TESTBED_DATASETS:
         from datasets import DatasetDict
 
         from .testbeds import get_testbed
 
-        train, test = get_testbed("tiny" if script_args.dataset_name == TESTBED else "smollm2").datasets(0)
+        train, test = get_testbed(_TESTBED_DATASETS[script_args.dataset_name]).datasets(0)
         dataset = DatasetDict(train=train, test=test)
     else:
         dataset = _load_named_dataset(script_args)
