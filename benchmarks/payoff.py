@@ -77,17 +77,18 @@ def _has_carry(prompt: str) -> bool:
 
 class _AnswerDiversity:
     """A TRL reward function that scores like ``reward`` and records, per call (one generation batch), the mean
-    number of distinct answers among the ``group`` completions of each prompt."""
+    number of distinct answers among the ``group`` completions of each prompt (``extract``: a completion's answer;
+    the tiny testbed's by default)."""
 
-    def __init__(self, reward, group: int):
-        self.reward, self.group, self.distinct = reward, group, []
+    def __init__(self, reward, group: int, extract=None):
+        self.reward, self.group, self.distinct, self.extract = reward, group, [], extract
         self.__name__ = getattr(reward, "__name__", "reward")
 
     def __call__(self, completions, answer, **kwargs):
         from trl_entropy.demo.testbed import _extract_answer
 
         if "trainer_state" in kwargs:  # GRPOTrainer's rollouts; PassAtKCallback's scoring passes no trainer state
-            got = [_extract_answer(c) for c in completions]
+            got = [(self.extract or _extract_answer)(c) for c in completions]
             groups = [got[i : i + self.group] for i in range(0, len(got), self.group)]
             self.distinct.append(statistics.fmean(len(set(g)) for g in groups))
         return self.reward(completions, answer, **kwargs)
@@ -136,14 +137,53 @@ def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int 
     return out
 
 
-def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_EVERY, workdir: str = "/tmp/payoff"):
-    """Train ``method`` with ``seed`` and return its record (``method="base"``: evaluate the starting model)."""
-    import torch
+def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_problems: list, curve_samples: int,
+                 workdir: str, overrides=None, extract=None):
+    """Train ``method`` with ``seed`` on the testbed ``tb`` (its GRPO settings, off-policy, ``overrides`` on top,
+    then the method's own), taking held-out pass@1 and pass@16 on ``curve_problems`` every ``eval_every`` steps.
+    Returns ``(trained model, record fields)``: entropy, target, reward, curve, distinct answers, tracking error."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
     from trl_entropy.evaluation import PassAtKCallback
+
+    model, tokenizer = tb.load(False)
+    ours, method_overrides = METHODS[method]
+    train_ds, _ = tb.datasets(seed)
+    kwargs = tb.grpo_config_kwargs(output_dir=os.path.join(workdir, f"{method}-{seed}"), max_steps=steps,
+                                   seed=seed, steps_per_generation=4, disable_tqdm=True, **(overrides or {}))
+    kwargs.update(method_overrides)
+    args = (GRPOEntropyConfig if ours else GRPOConfig)(**kwargs)
+    reward = _AnswerDiversity(tb.reward, kwargs["num_generations"], extract)
+    trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(model=model, reward_funcs=reward, args=args,
+                                                            train_dataset=train_ds, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(PassAtKCallback(trainer, curve_problems, n=curve_samples, ks=(1, 16),
+                                         max_new_tokens=kwargs["max_completion_length"], every_n_steps=eval_every,
+                                         at_train_end=False, seed=1234))
+    trainer.train()
+    hist = trainer.state.log_history
+    rows = [h for h in hist if "loss" in h]
+    evals = [h for h in hist if "eval/pass@1" in h]
+    record = dict(
+        entropy=[h.get("entropy_control/measured", h.get("entropy")) for h in rows],
+        target=[h.get("entropy_control/target") for h in rows],
+        reward=[h.get("reward") for h in rows],
+        knob=[h.get("entropy_control/entropy_coef", h.get("entropy_control/epsilon_high")) for h in rows],
+        curve={"step": [h["step"] for h in evals], "pass@1": [h["eval/pass@1"] for h in evals],
+               "pass@16": [h["eval/pass@16"] for h in evals]},
+        distinct_answers=reward.distinct,
+    )
+    if any(t is not None for t in record["target"]):
+        from trl_entropy.metrics import tracking_error
+
+        record["tracking_error"] = tracking_error(record["entropy"], record["target"])
+    return trainer.model, record
+
+
+def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_EVERY, workdir: str = "/tmp/payoff"):
+    """Train ``method`` with ``seed`` and return its record (``method="base"``: evaluate the starting model)."""
     from trl_entropy.testbeds import get_testbed
 
     tb = get_testbed(TESTBED)
@@ -153,40 +193,9 @@ def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_E
     t0 = time.perf_counter()
     record = {"method": method, "seed": seed, "steps": steps, "testbed": TESTBED}
     if method != "base":
-        ours, overrides = METHODS[method]
-        train_ds, _ = tb.datasets(seed)
-        kwargs = tb.grpo_config_kwargs(output_dir=os.path.join(workdir, f"{method}-{seed}"), max_steps=steps,
-                                       seed=seed, steps_per_generation=4, disable_tqdm=True)
-        kwargs.update(overrides)
-        if ours:
-            args = GRPOEntropyConfig(**kwargs)
-        else:
-            args = GRPOConfig(**kwargs)
-        reward = _AnswerDiversity(tb.reward, kwargs["num_generations"])
-        trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(model=model, reward_funcs=reward, args=args,
-                                                                train_dataset=train_ds, processing_class=tokenizer)
-        trainer.remove_callback(PrinterCallback)
-        curve = PassAtKCallback(trainer, heldout[:N_CURVE_PROBLEMS], n=N_CURVE_SAMPLES, ks=(1, 16),
-                                max_new_tokens=max_new, every_n_steps=eval_every, at_train_end=False, seed=1234)
-        trainer.add_callback(curve)
-        trainer.train()
-        hist = trainer.state.log_history
-        rows = [h for h in hist if "loss" in h]
-        evals = [h for h in hist if "eval/pass@1" in h]
-        record.update(
-            entropy=[h.get("entropy_control/measured", h.get("entropy")) for h in rows],
-            target=[h.get("entropy_control/target") for h in rows],
-            reward=[h.get("reward") for h in rows],
-            knob=[h.get("entropy_control/entropy_coef", h.get("entropy_control/epsilon_high")) for h in rows],
-            curve={"step": [h["step"] for h in evals], "pass@1": [h["eval/pass@1"] for h in evals],
-                   "pass@16": [h["eval/pass@16"] for h in evals]},
-            distinct_answers=reward.distinct,
-        )
-        if any(t is not None for t in record["target"]):
-            from trl_entropy.metrics import tracking_error
-
-            record["tracking_error"] = tracking_error(record["entropy"], record["target"])
-        model = trainer.model
+        model, fields = train_method(tb, method, seed, steps, eval_every, heldout[:N_CURVE_PROBLEMS],
+                                     N_CURVE_SAMPLES, workdir)
+        record.update(fields)
     record["final"] = final_evaluation(model, tokenizer, heldout, max_new)
     record["wall_s"] = time.perf_counter() - t0
     return record
@@ -207,22 +216,30 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def cmd_run(args):
-    done = {(r["method"], r["seed"]) for r in _load(args.results)}
-    for method in args.methods.split(","):
+def run_cached(methods: str, seeds: str, results: str, run, base_seeds=None) -> None:
+    """Run each (method, seed) that the JSON-lines cache ``results`` lacks with ``run(method, seed)``, appending each
+    record as it ends (an interrupted study resumes). ``base_seeds``: the seeds of method ``base`` (default:
+    ``seeds``)."""
+    done = {(r["method"], r["seed"]) for r in _load(results)}
+    for method in methods.split(","):
         if method != "base" and method not in METHODS:
             sys.exit(f"unknown method {method!r}; choose from base, {', '.join(METHODS)}")
-        for seed in _seeds(args.seeds):
+        for seed in base_seeds if method == "base" and base_seeds is not None else _seeds(seeds):
             if (method, seed) in done:
                 continue
-            record = run_one(method, seed, args.steps, args.eval_every)
-            os.makedirs(os.path.dirname(args.results), exist_ok=True)
-            with open(args.results, "a") as f:
+            record = run(method, seed)
+            os.makedirs(os.path.dirname(results), exist_ok=True)
+            with open(results, "a") as f:
                 f.write(json.dumps(record) + "\n")
             fin = record["final"]["all"]
-            print(f"{method} seed {seed}: pass@1 {fin['pass_at_k']['1']:.3f} pass@16 {fin['pass_at_k']['16']:.3f} "
-                  f"pass@64 {fin['pass_at_k']['64']:.3f} greedy {fin['greedy']:.3f} H {fin['entropy']:.3f} "
-                  f"({record['wall_s']:.0f} s)", flush=True)
+            ks = sorted(fin["pass_at_k"], key=int)
+            cells = " ".join(f"pass@{k} {fin['pass_at_k'][k]:.3f}" for k in ("1", "16", ks[-1]))
+            print(f"{method} seed {seed}: {cells}"
+                  + f" greedy {fin['greedy']:.3f} H {fin['entropy']:.3f} ({record['wall_s']:.0f} s)", flush=True)
+
+
+def cmd_run(args):
+    run_cached(args.methods, args.seeds, args.results, lambda m, s: run_one(m, s, args.steps, args.eval_every))
 
 
 def paired(records: list[dict], a: str, b: str, key) -> tuple[float, float, int]:

@@ -17,15 +17,13 @@ held-out problems, split by problems with and without a carry into the tens.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
 import statistics
-import sys
 import time
 
-from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, paired
+from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, _load, paired, run_cached, train_method
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "payoff_smollm2.jsonl")
 TESTBED = "smollm2_hard"
@@ -55,24 +53,6 @@ def _operands(prompt: str) -> tuple[int, int]:
 def has_carry(prompt: str) -> bool:
     a, b = _operands(prompt)
     return a % 10 + b % 10 >= 10
-
-
-class _AnswerDiversity:
-    """The testbed's reward, recording per training generation batch the mean number of distinct first-line answers
-    among the ``group`` completions of each prompt."""
-
-    def __init__(self, reward, group: int):
-        self.reward, self.group, self.distinct = reward, group, []
-        self.__name__ = getattr(reward, "__name__", "reward")
-
-    def __call__(self, completions, answer, **kwargs):
-        from trl_entropy.testbeds.addition import first_line
-
-        if "trainer_state" in kwargs:  # GRPOTrainer's rollouts, not the held-out scoring
-            got = [first_line(c) for c in completions]
-            self.distinct.append(statistics.fmean(len(set(got[i : i + self.group]))
-                                                  for i in range(0, len(got), self.group)))
-        return self.reward(completions, answer, **kwargs)
 
 
 def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
@@ -106,12 +86,8 @@ def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
 
 def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/payoff_smollm2") -> dict:
     """Train ``method`` with ``seed`` and return its record (``method="base"``: score the starting model)."""
-    from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
-    from trl_entropy.evaluation import PassAtKCallback
     from trl_entropy.testbeds import get_testbed
+    from trl_entropy.testbeds.addition import first_line
 
     tb = get_testbed(TESTBED)
     model, tokenizer = tb.load(False)
@@ -119,71 +95,17 @@ def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/pay
     t0 = time.perf_counter()
     record = {"method": method, "seed": seed, "steps": steps, "testbed": TESTBED, "learning_rate": LEARNING_RATE}
     if method != "base":
-        ours, overrides = METHODS[method]
-        train_ds, _ = tb.datasets(seed)
-        kwargs = tb.grpo_config_kwargs(output_dir=os.path.join(workdir, f"{method}-{seed}"), max_steps=steps,
-                                       seed=seed, steps_per_generation=4, learning_rate=LEARNING_RATE)
-        kwargs.update(overrides)
-        args = (GRPOEntropyConfig if ours else GRPOConfig)(**kwargs)
-        reward = _AnswerDiversity(tb.reward, kwargs["num_generations"])
-        trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(model=model, reward_funcs=reward, args=args,
-                                                                train_dataset=train_ds, processing_class=tokenizer)
-        trainer.remove_callback(PrinterCallback)
-        trainer.add_callback(PassAtKCallback(trainer, heldout[:N_CURVE_PROBLEMS], n=N_CURVE_SAMPLES, ks=(1, 16),
-                                             max_new_tokens=4, every_n_steps=EVAL_EVERY, at_train_end=False,
-                                             seed=1234))
-        trainer.train()
-        hist = trainer.state.log_history
-        rows = [h for h in hist if "loss" in h]
-        evals = [h for h in hist if "eval/pass@1" in h]
-        record.update(
-            entropy=[h.get("entropy_control/measured", h.get("entropy")) for h in rows],
-            target=[h.get("entropy_control/target") for h in rows],
-            reward=[h.get("reward") for h in rows],
-            curve={"step": [h["step"] for h in evals], "pass@1": [h["eval/pass@1"] for h in evals],
-                   "pass@16": [h["eval/pass@16"] for h in evals]},
-            distinct_answers=reward.distinct,
-        )
-        if any(t is not None for t in record["target"]):
-            from trl_entropy.metrics import tracking_error
-
-            record["tracking_error"] = tracking_error(record["entropy"], record["target"])
-        model = trainer.model
+        model, fields = train_method(tb, method, seed, steps, EVAL_EVERY, heldout[:N_CURVE_PROBLEMS],
+                                     N_CURVE_SAMPLES, workdir, overrides={"learning_rate": LEARNING_RATE},
+                                     extract=first_line)
+        record.update(fields)
     record["final"] = final_evaluation(model, tokenizer, heldout, BASE_SAMPLES if method == "base" else N_FINAL_SAMPLES)
     record["wall_s"] = time.perf_counter() - t0
     return record
 
 
-def _load(path=RESULTS) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _seeds(text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
 def cmd_run(args):
-    done = {(r["method"], r["seed"]) for r in _load(args.results)}
-    for method in args.methods.split(","):
-        if method != "base" and method not in METHODS:
-            sys.exit(f"unknown method {method!r}; choose from base, {', '.join(METHODS)}")
-        for seed in _seeds(args.seeds) if method != "base" else [0]:
-            if (method, seed) in done:
-                continue
-            record = run_one(method, seed, args.steps)
-            os.makedirs(os.path.dirname(args.results), exist_ok=True)
-            with open(args.results, "a") as f:
-                f.write(json.dumps(record) + "\n")
-            fin = record["final"]["all"]["pass_at_k"]
-            print(f"{method} seed {seed}: pass@1 {fin['1']:.3f} pass@16 {fin['16']:.3f} pass@32 {fin['32']:.3f} "
-                  f"greedy {record['final']['all']['greedy']:.3f} ({record['wall_s']:.0f} s)", flush=True)
+    run_cached(args.methods, args.seeds, args.results, lambda m, s: run_one(m, s, args.steps), base_seeds=[0])
 
 
 def _pk(k, part="all"):
@@ -196,7 +118,9 @@ def report(records: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
 
     def ms(xs):
-        return "–" if not xs else f"{statistics.fmean(xs):.3f}" + (f" ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else "")
+        if not xs:
+            return "–"
+        return f"{statistics.fmean(xs):.3f}" + (f" ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else "")
 
     for m in ["base"] + list(METHODS):
         rs = [r for r in records if r["method"] == m]
@@ -204,11 +128,10 @@ def report(records: list[dict]) -> str:
             continue
         f = [r["final"] for r in rs]
         distinct = [statistics.fmean(r["distinct_answers"][-3:]) for r in rs if r.get("distinct_answers")]
-        lines.append(f"| {m} | {len(rs)} | {ms([x['all']['pass_at_k']['1'] for x in f])} | "
-                     f"{ms([x['all']['pass_at_k']['16'] for x in f])} | {ms([x['all']['pass_at_k']['32'] for x in f])} | "
-                     f"{ms([x['all']['greedy'] for x in f])} | {ms([x['carry']['pass_at_k']['16'] for x in f])} | "
-                     f"{ms([x['all']['entropy'] for x in f])} | " + (f"{statistics.fmean(distinct):.2f}" if distinct else "–")
-                     + " |")
+        cells = [ms([x["all"]["pass_at_k"][k] for x in f]) for k in ("1", "16", "32")]
+        cells += [ms([x["all"]["greedy"] for x in f]), ms([x["carry"]["pass_at_k"]["16"] for x in f]),
+                  ms([x["all"]["entropy"] for x in f]), f"{statistics.fmean(distinct):.2f}" if distinct else "–"]
+        lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
     base = [r for r in records if r["method"] == "base"]
     if base:
         b = base[0]["final"]["all"]["pass_at_k"]
