@@ -139,3 +139,22 @@ def test_one_list_of_loss_types_one_hub_id_check_one_version():
     for name, ok in (("owner/name", True), ("gpt2", True), ("a--b/c", False), ("./x", False), ("a/b/c", False),
                      ("-x", False), ("x" * 97, False), (None, False)):
         assert is_hub_model_id(name) is ok, name
+
+
+@pytest.mark.parametrize("path,most", [("trainers/grpo_entropy_trainer.py", 600),
+                                       ("trainers/grpo_entropy_config.py", 800), ("scheduling/controllers.py", 600)])
+def test_the_wiring_stays_thin(path, most):
+    """Issue 51's sizes: the trainer is wiring (the math in losses/ and scheduling/), the config composes the
+    controls' settings groups, the controllers are the feedback laws in use. A file past its size says that code
+    went into the wrong place."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        lines = sum(1 for _ in f)
+    assert lines <= most, f"trl_entropy/{path} has {lines} lines (at most {most}): move what is not wiring out of it"
+
+
+def test_the_bonus_keeps_at_most_16_settings():
+    import dataclasses
+
+    from trl_entropy.controls.entropy_bonus import EntropyBonusSettings
+
+    assert len([f for f in dataclasses.fields(EntropyBonusSettings) if f.init]) <= 16
