@@ -2,8 +2,8 @@
 
 Wiring only. The math lives in `trl_entropy.scheduling` and `trl_entropy.losses`; the training loss path (TRL's, TRL's
 plus an additive term, or ours with token hooks) in `trl_entropy.losses.loss_path`, chosen when the trainer is built;
-the entropy target from the config in `trl_entropy.scheduling.targets`; the control state in checkpoints in
-`trl_entropy.trainers.control_state`; the generic fault handling in `trl_entropy.trainers.faults`
+the entropy target in `trl_entropy.scheduling.targets`; the control state in checkpoints and the model card in
+`trl_entropy.trainers.checkpoints`; the generic fault handling in `trl_entropy.trainers.faults`
 (`FaultHandlingMixin`, inherited before `GRPOTrainer`). The hooks into TRL (knob, measure, control, schedule,
 rollouts, advantage weights, token hooks) are described in docs/architecture.md; each TRL method overridden here or
 there is listed, with the reason it exists, in `trl_entropy._trl_private.OVERRIDDEN_METHODS` (checked by
