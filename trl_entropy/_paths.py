@@ -100,3 +100,36 @@ def check_model_path(model, flag: str | None = None):
         why = f"; read as a local path because ./{first} is a folder (run elsewhere to load the Hub repo {name!r})"
     raise FileNotFoundError(f"{where}no such folder: {shown}{why}. Give an existing folder that holds the model "
                             "(config.json and weights) or a Hub id such as 'Qwen/Qwen2.5-0.5B'.")
+
+
+def save_model_folder(model, tokenizer, root: str, name: str, marker: str, marker_payload: dict) -> str:
+    """Save ``model`` and ``tokenizer`` as the cache entry ``root/name`` and return its path.
+
+    The entry is written to a temporary folder, completed by the file ``marker`` (``marker_payload`` as JSON) and
+    renamed into place, so a concurrent reader (another rank, another process) never sees a half-written entry: an
+    entry is complete when it has its marker. A stale entry without one is replaced; a complete one that a concurrent
+    writer put there first is kept.
+    """
+    import json
+    import shutil
+    import tempfile
+
+    path = os.path.join(root, name)
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root)
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the entry should read like any other cache folder
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        with open(os.path.join(tmp, marker), "w") as f:
+            json.dump(marker_payload, f, indent=2, sort_keys=True)
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, marker)):
+            shutil.rmtree(path, ignore_errors=True)  # a stale, incomplete entry
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not os.path.exists(os.path.join(path, marker)):  # not a concurrent writer that won the race
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path

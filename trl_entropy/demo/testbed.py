@@ -21,11 +21,11 @@ import hashlib
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 
 import torch
+
+from .._paths import save_model_folder
 
 __all__ = [
     "TestbedRecipe",
@@ -365,23 +365,7 @@ def load_or_pretrain(recipe: TestbedRecipe = TestbedRecipe(), cache_dir: str | N
     if not os.path.exists(os.path.join(path, _MARKER)):
         tokenizer = build_tokenizer()
         model = pretrain(recipe, tokenizer, progress=progress)
-        os.makedirs(root, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".tmp-{recipe.cache_key()}-", dir=root)
-        try:
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the entry should read like any other cache folder
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            with open(os.path.join(tmp, _MARKER), "w") as f:
-                json.dump(asdict(recipe), f, indent=2, sort_keys=True)
-            if os.path.isdir(path) and not os.path.exists(os.path.join(path, _MARKER)):
-                shutil.rmtree(path, ignore_errors=True)  # a stale, incomplete entry
-            try:
-                os.rename(tmp, path)
-            except OSError:
-                if not os.path.exists(os.path.join(path, _MARKER)):  # not a concurrent writer that won the race
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        save_model_folder(model, tokenizer, root, recipe.cache_key(), _MARKER, asdict(recipe))
     model = Qwen2ForCausalLM.from_pretrained(path)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     tokenizer.padding_side = "left"

@@ -16,10 +16,9 @@ from source)::
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import shutil
-import tempfile
+
+from .._paths import save_model_folder
 
 __all__ = ["GGUF_FILE", "HUB_ID", "INSTALL_COMMAND", "find_gguf", "smollm2", "smollm2_folder"]
 
@@ -92,23 +91,8 @@ def smollm2_folder(cache_dir: str | None = None, gguf_path: str | None = None, p
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root)
-    try:
-        os.chmod(tmp, 0o755)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        with open(os.path.join(tmp, _MARKER), "w") as f:
-            json.dump({"gguf_file": GGUF_FILE, "gguf_size": stat.st_size, "version": _CONVERSION_VERSION}, f)
-        if os.path.isdir(path) and not os.path.exists(os.path.join(path, _MARKER)):
-            shutil.rmtree(path, ignore_errors=True)  # a stale, incomplete entry
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not os.path.exists(os.path.join(path, _MARKER)):  # not a concurrent writer that won the race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, tokenizer, root, key, _MARKER,
+                      {"gguf_file": GGUF_FILE, "gguf_size": stat.st_size, "version": _CONVERSION_VERSION})
     return path
 
 
