@@ -15,7 +15,7 @@ from .._paths import is_hub_model_id
 from ..controls import BUILTIN_SETTINGS
 from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls
 from ..controls._base import is_number as _is_number
-from ..controls._base import parse_control_settings, removed_setting
+from ..controls._base import check_choice, parse_control_settings, removed_setting
 from ..controls._covariance import COV_SCOPES  # noqa: F401 (kept importable from here)
 from ..controls.entrocraft import ENTROCRAFT_ENTROPY_SOURCES, ENTROCRAFT_MODES, ENTROCRAFT_NORMALIZERS  # noqa: F401
 from ..controls.positive_reweight import POSITIVE_REWEIGHT_SCHEDULES  # noqa: F401
@@ -641,7 +641,7 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
             raise ValueError(f"entropy_schedule_anneal_ratio must be in (0, 1], got {ratio!r}.")
         self._validate_schedule_shape(schedule_defaulted)
 
-        self._validate_choice("entropy_measurement", ENTROPY_MEASUREMENTS)
+        check_choice(self, "entropy_measurement", ENTROPY_MEASUREMENTS)
         if isinstance(self.saturation_window, bool) or not isinstance(self.saturation_window, int) \
                 or self.saturation_window < 1:
             raise ValueError(f"saturation_window must be an integer >= 1, got {self.saturation_window!r}.")
@@ -758,18 +758,6 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
                 f"{self.entropy_control!r} declares no settings of its own (a built-in control's settings are config "
                 "fields: set them directly)."
             )
-
-    def _validate_choice(self, name: str, choices: tuple) -> None:
-        value = getattr(self, name)
-        if value not in choices:
-            raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.")
-
-    def _validate_range(self, name: str, low: float, high: float, low_open: bool = False) -> None:
-        value = getattr(self, name)
-        ok = _is_number(value) and (value > low if low_open else value >= low) and value <= high
-        if not ok:
-            interval = f"{'(' if low_open else '['}{low}, {high}]"
-            raise ValueError(f"{name} must be a number in {interval}, got {value!r}.")
 
     @property
     def is_off_policy(self) -> bool:
