@@ -89,6 +89,20 @@ CONTROL_CONFIGS = {
 }
 
 
+def record_windows(trainer) -> list:
+    """This rank's step sums (`trainer._ec_window`, as they enter the all-reduce) of every optimizer step, appended to
+    the returned list as training runs (``None`` for a step without any)."""
+    windows, reduce_window = [], trainer._reduce_window
+
+    def recording():
+        window = trainer._ec_window
+        windows.append(None if window is None else [float(x) for x in window.tolist()])
+        return reduce_window()
+
+    trainer._reduce_window = recording
+    return windows
+
+
 def tiny_kwargs(tmp_path, **overrides):
     kwargs = dict(
         output_dir=str(tmp_path),

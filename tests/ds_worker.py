@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import (  # noqa: E402
     CONTROL_CONFIGS,
     count_ones_reward,
+    record_windows,
     tiny_args,
     tiny_dataset,
     tiny_model,
@@ -133,15 +134,7 @@ def _train(name, out_dir, reward=count_ones_reward, resume_from=None, setup=None
     rec = Recorder()
     rec.trainer = trainer
     trainer.add_callback(rec)
-    local_windows = []
-    reduce_window = trainer._reduce_window
-
-    def recording_reduce_window():
-        window = trainer._ec_window
-        local_windows.append(None if window is None else [float(x) for x in window.tolist()])
-        return reduce_window()
-
-    trainer._reduce_window = recording_reduce_window
+    local_windows = record_windows(trainer)
     trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"rows": rec.rows, "metrics": _metrics(trainer), "local_windows": local_windows,
                      "world_size": trainer.accelerator.num_processes,

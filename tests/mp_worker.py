@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import (  # noqa: E402
     CONTROL_CONFIGS,
     count_ones_reward,
+    record_windows,
     tiny_args,
     tiny_dataset,
     tiny_model_or_path,
@@ -65,15 +66,7 @@ def run_one(name, out_dir):
     rec.trainer = trainer
     trainer.add_callback(rec)
     # this rank's own (sum of entropy, token count) of every optimizer step, as it enters the all-reduce
-    local_windows = []
-    reduce_window = trainer._reduce_window
-
-    def recording_reduce_window():
-        window = trainer._ec_window
-        local_windows.append(None if window is None else [float(x) for x in window.tolist()])
-        return reduce_window()
-
-    trainer._reduce_window = recording_reduce_window
+    local_windows = record_windows(trainer)
     trainer.train()
     rank = trainer.accelerator.process_index
     metrics = [{k: v for k, v in h.items() if k.startswith("entropy_control/")} for h in trainer.state.log_history]

@@ -7,7 +7,15 @@ import statistics
 
 import pytest
 import torch
-from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_kwargs, tiny_model, tiny_tokenizer
+from conftest import (
+    count_ones_reward,
+    record_windows,
+    tiny_args,
+    tiny_dataset,
+    tiny_kwargs,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
 from trl_entropy.scheduling import entropy_sums, generation_batch_entropy
@@ -59,18 +67,6 @@ OFF_POLICY = dict(per_device_train_batch_size=8, steps_per_generation=2)
 def make(args):
     return GRPOEntropyTrainer(model=tiny_model(0), reward_funcs=count_ones_reward, args=args,
                               train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
-
-
-def record_windows(trainer):
-    """This rank's entropy sums of every optimizer step, as they enter the reduction."""
-    windows, reduce_window = [], trainer._reduce_window
-
-    def recording():
-        windows.append([float(x) for x in trainer._ec_window.tolist()])
-        return reduce_window()
-
-    trainer._reduce_window = recording
-    return windows
 
 
 def logged(trainer, key):

@@ -31,6 +31,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache (vLLM's default, 4, is more than we need)
 
+from conftest import record_windows  # noqa: E402
 from trl_entropy import vllm_cpu  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -386,13 +387,7 @@ def test_the_generation_batch_reading_under_colocated_vllm(engine, tmp_path):
                                             entropy_measurement="generation_batch"))
     trainer = GRPOEntropyTrainer(model=model, reward_funcs=tb.reward, args=args, train_dataset=tb.datasets(0)[0],
                                  processing_class=tokenizer)
-    windows, reduce_window = [], trainer._reduce_window
-
-    def recording():  # this rank's [sum H_now, tokens, sum H_gen, paired tokens] of each optimizer step
-        windows.append([float(x) for x in trainer._ec_window.tolist()])
-        return reduce_window()
-
-    trainer._reduce_window = recording
+    windows = record_windows(trainer)  # this rank's [sum H_now, tokens, sum H_gen, paired tokens, ...] per step
     logs = _train(trainer)
     estimates = [h["entropy_control/measured_generation_batch"] for h in logs]
     assert len(windows) == len(estimates) == 2
