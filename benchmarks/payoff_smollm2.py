@@ -177,15 +177,18 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
     styles = {m: dict(color=f"C{i}") for i, m in enumerate(present)}
     styles.get("base", {}).update(color="k", ls="--")
     fig, axes = new_figure(1, 3, figsize=(16, 4))
+    fig.suptitle("SmolLM2-135M on smollm2_hard (payoff study 3)")
     for ax, part, title in ((axes[0, 0], "all", "all held-out problems"), (axes[0, 1], "carry", "with a carry")):
+        every_k = set()
         for m in present:
             ks = sorted(int(k) for k in by[m][0]["final"][part]["pass_at_k"])
             ys = [statistics.fmean(r["final"][part]["pass_at_k"][str(k)] for r in by[m]) for k in ks]
             ax.plot(ks, ys, marker="o", ms=3, label=f"{LABELS[m]} ({len(by[m])})", **styles[m])
-            k_axis(ax, ks)
+            every_k.update(ks)
+        k_axis(ax, sorted(every_k))
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k")
-        ax.set_title(f"SmolLM2: final pass@k, {title}")
+        ax.set_title(f"Final pass@k, {title}")
     axes[0, 0].legend(fontsize=8)
     ax = axes[0, 2]
     for m in [x for x in present if x != "base"]:
@@ -201,7 +204,7 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
         ax.plot(steps, ys, marker="o", ms=3, label=LABELS[m], **styles[m])
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("held-out pass@1")
-    ax.set_title("SmolLM2: held-out pass@1 during training (mean over seeds)")
+    ax.set_title("Held-out pass@1 during training (seed mean)")
     ax.legend(fontsize=8)
     return [save_figure(fig, os.path.join(out_dir, "payoff_smollm2.png"))]
 
