@@ -65,7 +65,9 @@ def restore_control_state(trainer, checkpoint: str) -> None:
             f"The checkpoint {checkpoint} was written with entropy_control={saved!r}, but this run uses "
             f"entropy_control={current!r}. Resume with the same control, or start a new run."
         )
-    warn_if_schedule_changed(checkpoint, payload.get("schedule"), schedule_record(trainer.args, trainer.state.max_steps))
+    # the warning points at the trainer's _load_optimizer_and_scheduler, as before this function was split out
+    current = schedule_record(trainer.args, trainer.state.max_steps)
+    warn_if_schedule_changed(checkpoint, payload.get("schedule"), current, stacklevel=2)
     trainer.entropy_control.load_state_dict(payload["state"])
     trainer._ec_saturation.load_state_dict(payload.get("saturation", {}))
     trainer._ec_warned_saturation = trainer._ec_saturation.events > 0
@@ -96,4 +98,4 @@ def write_card_and_pictures(trainer, folder: str, model_name: str | None = None)
             f.write(card)
         os.replace(tmp, os.path.join(folder, "README.md"))
     except OSError as err:
-        warnings.warn(f"Could not write the model card into {folder}: {err}", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"Could not write the model card into {folder}: {err}", RuntimeWarning, stacklevel=2)

@@ -198,6 +198,14 @@ class _RunSettings:
     )
 
 
+class _InitSignature:
+    """The signature of the owner class's `__init__`, without `self` (a descriptor: per class, subclasses included)."""
+
+    def __get__(self, instance, owner):
+        signature = inspect.signature(owner.__init__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
 @dataclass
 class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSettings, GRPOConfig):
     r"""
@@ -314,6 +322,10 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
         metadata={"help": "Settings of a control registered outside the package (its settings_class), as a JSON "
                           "object, e.g. '{\"my_gain\": 0.5}'."},
     )
+
+    # `__new__` below would otherwise be what `inspect.signature`, `help()` and IDEs show: show each class's own
+    # dataclass `__init__` (every field), a subclass's included.
+    __signature__ = _InitSignature()
 
     def __new__(cls, *args, **kwargs):
         # a setting a control no longer has: say so, and where it still is, instead of "unexpected keyword argument"
@@ -782,3 +794,4 @@ def _cpu_has_bf16_instructions() -> bool | None:
     except OSError:
         return None
     return None
+
