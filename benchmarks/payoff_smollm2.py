@@ -1,12 +1,13 @@
-"""The payoff study on SmolLM2 (issue 50, study 3): the tiny study's question on a real pretrained LLM.
+"""The payoff study on SmolLM2 (issue 50, studies 3 and 4): the tiny study's question on a real pretrained LLM.
 
-The rule (task, seeds, horizon, stages, what counts as a gain, the futility stop) is written in ``docs/payoff.md``,
-"Study 3", before the runs. The methods and the recommended recipe are the tiny study's (:mod:`benchmarks.payoff`).
-One (method, seed) at a time, each finished run appended to a JSON-lines cache (a cached run is skipped):
+The rules (task, seeds, horizon, stages, what counts as a gain, the futility stop) are written in ``docs/payoff.md``,
+"Study 3" and "Study 4", before their runs; the two differ in the learning rate only (``STUDIES``). The methods and
+the recommended recipe are the tiny study's (:mod:`benchmarks.payoff`). One (method, seed) at a time, each finished
+run appended to the study's JSON-lines cache (a cached run is skipped):
 
-    python -m benchmarks.payoff_smollm2 run --methods base,grpo,bonus_wsd03 --seeds 0-4
-    python -m benchmarks.payoff_smollm2 report
-    python -m benchmarks.payoff_smollm2 figures
+    python -m benchmarks.payoff_smollm2 --study 4 run --methods base,grpo,bonus_wsd03 --seeds 0-4
+    python -m benchmarks.payoff_smollm2 --study 4 report
+    python -m benchmarks.payoff_smollm2 --study 4 figures
 
 Every run trains ``smollm2_hard`` (SmolLM2-135M-Instruct, two-shot ``a+b`` with 10 <= a < 100 and b < 10) for the
 same number of optimizer steps on the seed's prompts, off-policy (``steps_per_generation=4``), and records held-out
@@ -25,11 +26,15 @@ import time
 
 from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, _load, paired, run_cached, train_method
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "payoff_smollm2.jsonl")
+_RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TESTBED = "smollm2_hard"
 STEPS = 60
 EVAL_EVERY = 20
-LEARNING_RATE = 5e-5  # the setting of issue 50's first SmolLM2 measurement (the testbed's 1e-5 is for tracking)
+# study -> (learning rate, run cache). Study 3: issue 50's first SmolLM2 measurement's 5e-5 (stopped: every method
+# wrecked the model there); study 4: the testbed's own 1e-5, the rate its tracking benchmarks ran at.
+STUDIES = {"3": (5e-5, os.path.join(_RESULTS_DIR, "payoff_smollm2.jsonl")),
+           "4": (1e-5, os.path.join(_RESULTS_DIR, "payoff_smollm2_lr1e-5.jsonl"))}
+STUDY = "4"
 N_FINAL_PROBLEMS, N_FINAL_SAMPLES = 64, 32
 N_CURVE_PROBLEMS, N_CURVE_SAMPLES = 32, 16
 BASE_SAMPLES = 64  # the starting model is scored with 64 samples, for the testbed's pass@64 criterion
@@ -84,7 +89,8 @@ def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
     return out
 
 
-def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/payoff_smollm2") -> dict:
+def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/payoff_smollm2",
+            learning_rate: float = STUDIES[STUDY][0]) -> dict:
     """Train ``method`` with ``seed`` and return its record (``method="base"``: score the starting model)."""
     from trl_entropy.testbeds import get_testbed
     from trl_entropy.testbeds.addition import first_line
@@ -93,19 +99,15 @@ def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/pay
     model, tokenizer = tb.load(False)
     heldout = heldout_problems(tb)
     t0 = time.perf_counter()
-    record = {"method": method, "seed": seed, "steps": steps, "testbed": TESTBED, "learning_rate": LEARNING_RATE}
+    record = {"method": method, "seed": seed, "steps": steps, "testbed": TESTBED, "learning_rate": learning_rate}
     if method != "base":
         model, fields = train_method(tb, method, seed, steps, EVAL_EVERY, heldout[:N_CURVE_PROBLEMS],
-                                     N_CURVE_SAMPLES, workdir, overrides={"learning_rate": LEARNING_RATE},
+                                     N_CURVE_SAMPLES, workdir, overrides={"learning_rate": learning_rate},
                                      extract=first_line)
         record.update(fields)
     record["final"] = final_evaluation(model, tokenizer, heldout, BASE_SAMPLES if method == "base" else N_FINAL_SAMPLES)
     record["wall_s"] = time.perf_counter() - t0
     return record
-
-
-def cmd_run(args):
-    run_cached(args.methods, args.seeds, args.results, lambda m, s: run_one(m, s, args.steps), base_seeds=[0])
 
 
 def _pk(k, part="all"):
@@ -165,7 +167,7 @@ def report(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def figures(records: list[dict], out_dir: str) -> list[str]:
+def figures(records: list[dict], out_dir: str, study: str = STUDY) -> list[str]:
     """pass@k of the final models, and the held-out learning curves, for the starting model and the primary methods."""
     from trl_entropy._plotting import k_axis, new_figure, save_figure
     from trl_entropy.metrics import pass_at_k
@@ -177,7 +179,7 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
     styles = {m: dict(color=f"C{i}") for i, m in enumerate(present)}
     styles.get("base", {}).update(color="k", ls="--")
     fig, axes = new_figure(1, 3, figsize=(16, 4))
-    fig.suptitle("SmolLM2-135M on smollm2_hard (payoff study 3)")
+    fig.suptitle(f"SmolLM2-135M on smollm2_hard, learning rate {STUDIES[study][0]:g} (payoff study {study})")
     for ax, part, title in ((axes[0, 0], "all", "all held-out problems"), (axes[0, 1], "carry", "with a carry")):
         every_k = set()
         for m in present:
@@ -206,27 +208,28 @@ def figures(records: list[dict], out_dir: str) -> list[str]:
     ax.set_ylabel("held-out pass@1")
     ax.set_title("Held-out pass@1 during training (seed mean)")
     ax.legend(fontsize=8)
-    return [save_figure(fig, os.path.join(out_dir, "payoff_smollm2.png"))]
+    return [save_figure(fig, os.path.join(out_dir, f"payoff_smollm2_study{study}.png"))]
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--study", choices=sorted(STUDIES), default=STUDY, help="3: lr 5e-5 (stopped), 4: lr 1e-5")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--methods", default="base,grpo")
     r.add_argument("--seeds", default="0")
     r.add_argument("--steps", type=int, default=STEPS)
-    r.add_argument("--results", default=RESULTS)
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=lambda a: run_cached(a.methods, a.seeds, a.results,
+                                             lambda m, s: run_one(m, s, a.steps, learning_rate=a.learning_rate),
+                                             base_seeds=[0]))
     rp = sub.add_parser("report")
-    rp.add_argument("--results", default=RESULTS)
     rp.set_defaults(func=lambda a: print(report(_load(a.results))))
     f = sub.add_parser("figures")
-    f.add_argument("--results", default=RESULTS)
     f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      "docs", "img"))
-    f.set_defaults(func=lambda a: [print("wrote", x) for x in figures(_load(a.results), a.out_dir)])
+    f.set_defaults(func=lambda a: [print("wrote", x) for x in figures(_load(a.results), a.out_dir, a.study)])
     args = p.parse_args(argv)
+    args.learning_rate, args.results = STUDIES[args.study]
     args.func(args)
 
 
