@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 
-from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, _load, paired, run_cached, train_method
+from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, _load, paired, ringing, run_cached, train_method
 
 _RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TESTBED = "smollm2_hard"
@@ -116,8 +116,8 @@ def _pk(k, part="all"):
 
 def report(records: list[dict]) -> str:
     """The table, the paired comparisons against plain GRPO, and the goal's verdict."""
-    lines = ["| method | seeds | pass@1 | pass@16 | pass@32 | greedy | pass@16, carry | final H | distinct / 4 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | seeds | pass@1 | pass@16 | pass@32 | greedy | pass@16, carry | final H | distinct / 4 | "
+             "track err | raw steps > ±30% off |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def ms(xs):
         if not xs:
@@ -133,6 +133,10 @@ def report(records: list[dict]) -> str:
         cells = [ms([x["all"]["pass_at_k"][k] for x in f]) for k in ("1", "16", "32")]
         cells += [ms([x["all"]["greedy"] for x in f]), ms([x["carry"]["pass_at_k"]["16"] for x in f]),
                   ms([x["all"]["entropy"] for x in f]), f"{statistics.fmean(distinct):.2f}" if distinct else "–"]
+        track = [r["tracking_error"] for r in rs if r.get("tracking_error") is not None]
+        ring = [x for x in (ringing(r) for r in rs) if x is not None]
+        cells += [f"{100 * statistics.fmean(track):.1f}%" if track else "–",
+                  f"{100 * statistics.fmean(ring):.0f}%" if ring else "–"]
         lines.append(f"| {m} | {len(rs)} | " + " | ".join(cells) + " |")
     base = [r for r in records if r["method"] == "base"]
     if base:
