@@ -71,7 +71,8 @@ RECOMMENDED = "bonus_wsd03"
 
 
 def _has_carry(prompt: str) -> bool:
-    a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+    """Whether the query ``a+b=`` (the prompt's last line: a few-shot prefix comes before it) carries into the tens."""
+    a, b = (int(x) for x in prompt.rsplit("\n", 1)[-1].rstrip("=").split("+"))
     return a % 10 + b % 10 >= 10
 
 

@@ -24,7 +24,18 @@ import random
 import statistics
 import time
 
-from benchmarks.payoff import LABELS, METHODS, RECOMMENDED, _fmt, _load, paired, ringing, run_cached, train_method
+from benchmarks.payoff import (
+    LABELS,
+    METHODS,
+    RECOMMENDED,
+    _fmt,
+    _has_carry,
+    _load,
+    paired,
+    ringing,
+    run_cached,
+    train_method,
+)
 
 _RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TESTBED = "smollm2_hard"
@@ -50,16 +61,6 @@ def heldout_problems(tb) -> list[dict]:
     return [every[i] for i in keep]
 
 
-def _operands(prompt: str) -> tuple[int, int]:
-    a, b = prompt.rsplit("\n", 1)[-1].rstrip("=").split("+")
-    return int(a), int(b)
-
-
-def has_carry(prompt: str) -> bool:
-    a, b = _operands(prompt)
-    return a % 10 + b % 10 >= 10
-
-
 def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
     """pass@k (k <= n), greedy accuracy, sampled entropy and distinct answers, overall and by carry / no carry."""
     from trl_entropy.demo.testbed import sample_completions
@@ -73,7 +74,7 @@ def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
     greedy_texts, _ = sample_completions(model, tokenizer, problems, n_samples=1, temperature=0.0, max_new_tokens=4,
                                          batch_size=512)
     greedy = accuracy_reward(greedy_texts, [p["answer"] for p in problems])
-    carry = [has_carry(p["prompt"]) for p in problems]
+    carry = [_has_carry(p["prompt"]) for p in problems]
     out = {}
     for part, keep in (("all", [True] * len(problems)), ("carry", carry), ("no_carry", [not c for c in carry])):
         idx = [i for i, k in enumerate(keep) if k]
