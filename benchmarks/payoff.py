@@ -66,7 +66,13 @@ METHODS: dict[str, tuple[bool, dict]] = {
     "bonus_wsd03_deep": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
                                 "entropy_schedule_anneal_ratio": 0.3, "entropy_schedule_start": "initial",
                                 "entropy_schedule_end": "0.1*initial"}),
+    # Study 5 (docs/payoff.md), registered before its runs: the recipe, acting only on unsolved groups
+    # (benchmarks/unsolved_bonus.py, trained by its own trainer: VARIANT_TRAINERS).
+    "bonus_wsd03_unsolved": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
+                                    "entropy_schedule_anneal_ratio": 0.3, **_ANNEAL}),
 }
+# Methods trained by a research subclass of GRPOEntropyTrainer (module path, class name).
+VARIANT_TRAINERS = {"bonus_wsd03_unsolved": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer")}
 RECOMMENDED = "bonus_wsd03"
 
 
@@ -157,8 +163,14 @@ def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_
     kwargs.update(method_overrides)
     args = (GRPOEntropyConfig if ours else GRPOConfig)(**kwargs)
     reward = _AnswerDiversity(tb.reward, kwargs["num_generations"], extract)
-    trainer = (GRPOEntropyTrainer if ours else GRPOTrainer)(model=model, reward_funcs=reward, args=args,
-                                                            train_dataset=train_ds, processing_class=tokenizer)
+    trainer_class = GRPOEntropyTrainer if ours else GRPOTrainer
+    if method in VARIANT_TRAINERS:
+        import importlib
+
+        module, name = VARIANT_TRAINERS[method]
+        trainer_class = getattr(importlib.import_module(module), name)
+    trainer = trainer_class(model=model, reward_funcs=reward, args=args, train_dataset=train_ds,
+                            processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(PassAtKCallback(trainer, curve_problems, n=curve_samples, ks=(1, 16),
                                          max_new_tokens=kwargs["max_completion_length"], every_n_steps=eval_every,
@@ -176,6 +188,11 @@ def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_
                "pass@16": [h["eval/pass@16"] for h in evals]},
         distinct_answers=reward.distinct,
     )
+    if hasattr(trainer, "unsolved_fraction"):  # study 5's variant: what it measured is the unsolved groups' entropy
+        record["entropy"] = [h.get("entropy_control/measured") for h in rows]  # None on a step with no reading
+        record["entropy_all"] = [h.get("entropy") for h in rows]
+        record["unsolved_fraction"] = trainer.unsolved_fraction
+        record["skipped_steps"] = sum(1 for h in rows if h.get("entropy_control/skipped_steps"))
     if any(t is not None for t in record["target"]):
         from trl_entropy.metrics import tracking_error
 
