@@ -313,7 +313,35 @@ LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-hig
           "bonus_wsd03": "bonus, WSD 0.3 (recommended)", "bonus_wsd01": "bonus, WSD 0.1",
           "bonus_cosine": "bonus, cosine", "entrocraft_linear_assist": "Entrocraft linear + assist",
           "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
-          "kl_cov": "KL-Cov", "bonus_wsd03_deep": "bonus, WSD 0.3 to a tenth"}
+          "kl_cov": "KL-Cov", "bonus_wsd03_deep": "bonus, WSD 0.3 to a tenth",
+          "bonus_wsd03_unsolved": "bonus, WSD 0.3, unsolved groups only"}
+VARIANT = "bonus_wsd03_unsolved"  # study 5
+
+
+def variant_lines(records: list[dict], stretch: bool = False) -> list[str]:
+    """Study 5's verdict (docs/payoff.md): the variant against plain GRPO by its rule, against the recipe, and how
+    much of each generation batch its gate let in. ``stretch``: plain GRPO plateaued, so the stretch applies."""
+    runs = [r for r in records if r["method"] == VARIANT]
+    if not runs:
+        return []
+    d16, se16, n = paired(records, VARIANT, "grpo", _final("16"))
+    d1, se1, _ = paired(records, VARIANT, "grpo", _final("1"))
+    lines = ["", f"Study 5, `{VARIANT}` against `grpo` on {n} paired seeds:",
+             f"- pass@16 {_fmt(d16, se16, n)}: " + ("met (> 2 SE)" if n > 1 and d16 > 2 * se16 else "not met"),
+             f"- pass@1 {_fmt(d1, se1, n)}: " + ("met (above -1 SE)" if n > 1 and d1 > -se1 else "not met")]
+    if stretch:
+        lines.append("- stretch, pass@1 by >= 2 SE: " + ("met" if n > 1 and d1 > 2 * se1 else "not met"))
+    lines.append(f"- against `{RECOMMENDED}`: pass@1 {_fmt(*paired(records, VARIANT, RECOMMENDED, _final('1')))}, "
+                 f"pass@16 {_fmt(*paired(records, VARIANT, RECOMMENDED, _final('16')))}")
+    share = [r["unsolved_fraction"] for r in runs if r.get("unsolved_fraction")]
+    if share:
+        third = max(1, min(len(s) for s in share) // 3)
+        lines.append(f"- completions in unsolved groups: {statistics.fmean(statistics.fmean(s[:third]) for s in share):.2f}"
+                     f" of a generation batch over the first third, "
+                     f"{statistics.fmean(statistics.fmean(s[-third:]) for s in share):.2f} over the last; steps "
+                     f"without a reading {statistics.fmean(r.get('skipped_steps', 0) for r in runs):.0f} of "
+                     f"{runs[0]['steps']} (mean)")
+    return lines
 
 
 def _mean_curve(runs, get):
@@ -575,6 +603,7 @@ def report(records: list[dict]) -> str:
                      f"{statistics.fmean(r['final']['carry']['distinct_answers'] for r in rs):.1f} | "
                      + (f"{statistics.fmean(distinct):.2f}" if distinct else "–") + " | "
                      + (f"{100 * statistics.fmean(ring):.0f}%" if ring else "–") + " |")
+    lines += variant_lines(records, stretch=bool(grpo_curves) and rise <= 0.03)
     verdicts = claims(records)
     if verdicts:
         lines += ["", "| claim | measured | verdict |", "|---|---|---|"]
@@ -582,13 +611,71 @@ def report(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str | None:
+    """Study 5's picture, one row per testbed (name, records): final pass@k, held-out pass@1 during training, and the
+    training entropy, of the starting model, plain GRPO, the recipe and the variant (seed means). The variant's
+    entropy is drawn twice: over all completions, and over the unsolved groups' (what its controller holds)."""
+    from trl_entropy._plotting import k_axis, new_figure, save_figure
+
+    rows = [(name, recs) for name, recs in testbeds if any(r["method"] == VARIANT for r in recs)]
+    if not rows:
+        return None
+    shown = ["base", "grpo", RECOMMENDED, VARIANT]
+    colors = {"base": "k", "grpo": "C0", RECOMMENDED: "C3", VARIANT: "C2"}
+    fig, axes = new_figure(len(rows), 3, figsize=(16, 4 * len(rows)))
+    fig.suptitle("Study 5: the recipe acting only on groups with no correct answer")
+    for row, (name, recs) in enumerate(rows):
+        by = {m: [r for r in recs if r["method"] == m] for m in shown}
+        ax = axes[row, 0]
+        for m in [x for x in shown if by[x]]:
+            ks = sorted(int(k) for k in by[m][0]["final"]["all"]["pass_at_k"])
+            ys = [statistics.fmean(r["final"]["all"]["pass_at_k"][str(k)] for r in by[m]) for k in ks]
+            ax.plot(ks, ys, marker="o", ms=3, color=colors[m], ls="--" if m == "base" else "-",
+                    label=f"{LABELS[m]} ({len(by[m])})")
+            k_axis(ax, ks)
+        ax.set(xlabel="k", ylabel="pass@k", title=f"{name}: final pass@k, held-out")
+        ax.legend(fontsize=8)
+        ax = axes[row, 1]
+        for m in [x for x in shown[1:] if by[x]]:
+            steps = by[m][0]["curve"]["step"]
+            ys = [statistics.fmean(r["curve"]["pass@1"][i] for r in by[m]) for i in range(len(steps))]
+            ax.plot(steps, ys, marker="o", ms=3, color=colors[m], label=LABELS[m])
+        ax.set(xlabel="optimizer step", ylabel="held-out pass@1", title=f"{name}: held-out pass@1 during training")
+        ax.legend(fontsize=8)
+        ax = axes[row, 2]
+
+        def mean_series(runs, key):
+            n = min(len(r[key]) for r in runs)
+            out = []
+            for i in range(n):
+                vals = [r[key][i] for r in runs if r[key][i] is not None]
+                out.append(statistics.fmean(vals) if vals else math.nan)
+            return out
+        for m in [x for x in shown[1:] if by[x]]:
+            key = "entropy_all" if m == VARIANT else "entropy"
+            ax.plot(mean_series(by[m], key), color=colors[m], lw=1, label=f"{LABELS[m]}, all completions")
+        if by[VARIANT]:
+            ax.plot(mean_series(by[VARIANT], "entropy"), color=colors[VARIANT], lw=1, ls=":",
+                    label=f"{LABELS[VARIANT]}, unsolved groups (held)")
+            ax.plot(mean_series(by[VARIANT], "target"), color="0.5", lw=1, ls="--", label="target")
+        ax.set(xlabel="optimizer step", ylabel="entropy (nats)", title=f"{name}: training entropy")
+        ax.legend(fontsize=7, loc="upper right")
+    return save_figure(fig, os.path.join(out_dir, "payoff_study5.png"))
+
+
 def cmd_report(args):
     print(report(_load(args.results)))
 
 
 def cmd_figures(args):
-    for path in figures(_load(args.results), args.out_dir):
+    from benchmarks.payoff_smollm2 import STUDIES
+
+    records = _load(args.results)
+    for path in figures(records, args.out_dir):
         print("wrote", path)
+    study5 = variant_figure([("tiny_headroom", records), ("smollm2_hard", _load(STUDIES["4"][1]))], args.out_dir)
+    if study5:
+        print("wrote", study5)
 
 
 def main(argv=None):

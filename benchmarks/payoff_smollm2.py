@@ -34,6 +34,8 @@ from benchmarks.payoff import (
     paired,
     ringing,
     run_cached,
+    VARIANT,
+    variant_lines,
     train_method,
 )
 
@@ -169,6 +171,7 @@ def report(records: list[dict]) -> str:
         rise = statistics.fmean(last_third(r) for r in grpo)
         lines.append(f"- plain GRPO's mean held-out pass@1 rose {rise:+.3f} over the last third "
                      + ("(plateaued: the stretch applies)" if rise <= 0.03 else "(still rising)"))
+    lines += variant_lines(records, stretch=bool(grpo) and rise <= 0.03)
     return "\n".join(lines)
 
 
@@ -180,7 +183,7 @@ def figures(records: list[dict], out_dir: str, study: str = STUDY) -> list[str]:
     by = {}
     for r in records:
         by.setdefault(r["method"], []).append(r)
-    present = [m for m in ["base"] + PRIMARY if m in by]
+    present = [m for m in ["base"] + PRIMARY + [VARIANT] if m in by]
     styles = {m: dict(color=f"C{i}") for i, m in enumerate(present)}
     styles.get("base", {}).update(color="k", ls="--")
     fig, axes = new_figure(1, 3, figsize=(16, 4))
