@@ -112,22 +112,26 @@ def training_distinct(record) -> list[float]:
     return d
 
 
-def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int = 0) -> dict:
-    """pass@k (k = 1..64), greedy accuracy and sampled entropy, overall and split by carry / no carry."""
+def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int = 0, n: int = N_FINAL_SAMPLES,
+                     reward=None, answer_of=None) -> dict:
+    """pass@k (k = 1..64, those <= ``n``), greedy accuracy, sampled entropy and distinct answers, overall and split
+    by carry / no carry, from ``n`` samples per problem at temperature 1. ``reward``: the testbed's TRL reward (the
+    tiny testbed's by default); ``answer_of``: a completion's answer, for the distinct answers (the text itself by
+    default)."""
     from trl_entropy.demo import testbed as tbm
     from trl_entropy.metrics import pass_at_k
 
-    n = N_FINAL_SAMPLES
+    reward = reward or tbm.accuracy_reward
+    answer_of = answer_of or (lambda text: text)
     texts, ents = tbm.sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7,
                                          max_new_tokens=max_new_tokens, batch_size=512)
-    answers = [p["answer"] for p in problems for _ in range(n)]
-    correct = tbm.accuracy_reward(texts, answers)
+    correct = reward(texts, [p["answer"] for p in problems for _ in range(n)])
     counts = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(problems))]
     greedy_texts, _ = tbm.sample_completions(model, tokenizer, problems, n_samples=1, temperature=0.0,
                                              max_new_tokens=max_new_tokens, batch_size=512)
-    greedy = tbm.accuracy_reward(greedy_texts, [p["answer"] for p in problems])
+    greedy = reward(greedy_texts, [p["answer"] for p in problems])
     carry = [_has_carry(p["prompt"]) for p in problems]
-    ks = [1, 2, 4, 8, 16, 32, 64]
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n]
     out = {}
     for part, keep in (("all", [True] * len(problems)), ("carry", carry), ("no_carry", [not c for c in carry])):
         idx = [i for i, k in enumerate(keep) if k]
@@ -138,9 +142,10 @@ def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int 
             "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, counts[i], k) for i in idx) for k in ks},
             "greedy": statistics.fmean(greedy[i] for i in idx),
             "entropy": statistics.fmean(x for i in idx for j in range(n) for x in ents[i * n + j]),
-            "distinct_answers": statistics.fmean(len(set(texts[i * n : (i + 1) * n])) for i in idx),
+            "distinct_answers": statistics.fmean(len({answer_of(t) for t in texts[i * n : (i + 1) * n]}) for i in idx),
         }
     out["per_problem_correct"] = counts
+    out["samples"] = n
     return out
 
 

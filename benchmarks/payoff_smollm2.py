@@ -29,8 +29,8 @@ from benchmarks.payoff import (
     METHODS,
     RECOMMENDED,
     _fmt,
-    _has_carry,
     _load,
+    final_evaluation as payoff_final_evaluation,
     paired,
     ringing,
     run_cached,
@@ -64,32 +64,12 @@ def heldout_problems(tb) -> list[dict]:
 
 
 def final_evaluation(model, tokenizer, problems, n: int, seed: int = 0) -> dict:
-    """pass@k (k <= n), greedy accuracy, sampled entropy and distinct answers, overall and by carry / no carry."""
-    from trl_entropy.demo.testbed import sample_completions
-    from trl_entropy.metrics import pass_at_k
+    """The tiny study's evaluation (:func:`benchmarks.payoff.final_evaluation`) with SmolLM2's reward and answers
+    (the completion's first line), completions of at most 4 tokens and ``n`` samples per problem."""
     from trl_entropy.testbeds.addition import accuracy_reward, first_line
 
-    texts, ents = sample_completions(model, tokenizer, problems, n_samples=n, temperature=1.0, seed=seed + 7,
-                                     max_new_tokens=4, batch_size=512)
-    correct = accuracy_reward(texts, [p["answer"] for p in problems for _ in range(n)])
-    counts = [int(sum(correct[i * n : (i + 1) * n])) for i in range(len(problems))]
-    greedy_texts, _ = sample_completions(model, tokenizer, problems, n_samples=1, temperature=0.0, max_new_tokens=4,
-                                         batch_size=512)
-    greedy = accuracy_reward(greedy_texts, [p["answer"] for p in problems])
-    carry = [_has_carry(p["prompt"]) for p in problems]
-    out = {}
-    for part, keep in (("all", [True] * len(problems)), ("carry", carry), ("no_carry", [not c for c in carry])):
-        idx = [i for i, k in enumerate(keep) if k]
-        out[part] = {
-            "n_problems": len(idx),
-            "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, counts[i], k) for i in idx) for k in KS if k <= n},
-            "greedy": statistics.fmean(greedy[i] for i in idx),
-            "entropy": statistics.fmean(x for i in idx for j in range(n) for x in ents[i * n + j]),
-            "distinct_answers": statistics.fmean(len({first_line(t) for t in texts[i * n : (i + 1) * n]}) for i in idx),
-        }
-    out["per_problem_correct"] = counts
-    out["samples"] = n
-    return out
+    return payoff_final_evaluation(model, tokenizer, problems, max_new_tokens=4, seed=seed, n=n,
+                                   reward=accuracy_reward, answer_of=first_line)
 
 
 def run_one(method: str, seed: int, steps: int = STEPS, workdir: str = "/tmp/payoff_smollm2",
