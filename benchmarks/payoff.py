@@ -4,8 +4,8 @@ The rule (task, seeds, horizon, the recommended recipe, what counts as a gain) i
 before the runs. This script runs one (method, seed) at a time, appends each finished run to a JSON-lines cache
 (a run already there is skipped, so an interrupted study resumes), and summarises the cache:
 
-    python benchmarks/payoff.py run --methods grpo,dapo --seeds 0-9
-    python benchmarks/payoff.py summary
+    python -m benchmarks.payoff run --methods grpo,dapo --seeds 0-9
+    python -m benchmarks.payoff summary
 
 Every run trains the ``tiny_headroom`` testbed (:mod:`trl_entropy.testbeds`) for the same number of optimizer steps
 on the same prompts (the seed's), off-policy (``steps_per_generation=4``), and records:
