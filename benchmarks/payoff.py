@@ -194,10 +194,14 @@ def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_
         distinct_answers=reward.distinct,
     )
     if hasattr(trainer, "unsolved_fraction"):  # study 5's variant: what it measured is the unsolved groups' entropy
-        record["entropy"] = [h.get("entropy_control/measured") for h in rows]  # None on a step with no reading
+        # None on a step without a reading of its own (it repeated the last one: held_reading)
+        record["entropy"] = [None if h.get("entropy_control/held_reading") else h.get("entropy_control/measured")
+                             for h in rows]
         record["entropy_all"] = [h.get("entropy") for h in rows]
         record["unsolved_fraction"] = trainer.unsolved_fraction
-        record["skipped_steps"] = sum(1 for h in rows if h.get("entropy_control/skipped_steps"))
+        record["held_steps"] = trainer.held_readings
+        record["initial_entropy"] = trainer.initial_entropy  # the unsolved groups' starting entropy
+        record["negative_coef_steps"] = sum(1 for h in rows if (h.get("entropy_control/entropy_coef") or 0) < 0)
     if any(t is not None for t in record["target"]):
         from trl_entropy.metrics import tracking_error
 
@@ -344,8 +348,10 @@ def variant_lines(records: list[dict], stretch: bool = False) -> list[str]:
         lines.append(f"- completions in unsolved groups: {statistics.fmean(statistics.fmean(s[:third]) for s in share):.2f}"
                      f" of a generation batch over the first third, "
                      f"{statistics.fmean(statistics.fmean(s[-third:]) for s in share):.2f} over the last; steps "
-                     f"without a reading {statistics.fmean(r.get('skipped_steps', 0) for r in runs):.0f} of "
-                     f"{runs[0]['steps']} (mean)")
+                     f"without a reading of their own {statistics.fmean(r.get('held_steps', 0) for r in runs):.0f}, "
+                     f"with a negative coefficient (a penalty) "
+                     f"{statistics.fmean(r.get('negative_coef_steps', 0) for r in runs):.0f}, of "
+                     f"{runs[0]['steps']} (means)")
     return lines
 
 

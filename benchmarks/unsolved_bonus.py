@@ -8,16 +8,24 @@ recipe's controller, settings and schedule and changes where it acts: the bonus 
 completions of a group in which no completion got the full reward (the groups that give GRPO no signal), and the
 entropy the controller holds is measured over those completions alone. A micro-batch's term is
 ``-c * sum(H * gate) / sum(mask) / gradient_accumulation_steps``: TRL's bonus on the gated tokens, zero elsewhere,
-so it fades as fewer groups go unsolved. A step with no such completion gives the controller no reading (the
-trainer skips it and keeps the coefficient).
+so it fades as fewer groups go unsolved.
+
+Two amendments, made before any run after a review of the code (``docs/payoff.md``, study 5): the schedule's
+``"initial"`` is the starting entropy of the first generation batch's unsolved groups (the quantity held), not of
+all its completions; and a step with no unsolved completion repeats the last reading (logged as
+``entropy_control/held_reading``), so the controller still advances one update per optimizer step.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from trl_entropy import GRPOEntropyTrainer
 from trl_entropy.losses.policy_loss import loss_mask
+from trl_entropy._trl_private import log_metric
+from trl_entropy.trainers.faults import METRIC_PREFIX
 
 SOLVED_REWARD = 1.0  # a group is solved once one of its completions gets this reward (both testbeds score 1 or 0)
 
@@ -48,7 +56,10 @@ class UnsolvedBonusTrainer(GRPOEntropyTrainer):
         self._ub_in_loss = False
         self._ub_rewards = None
         self._ub_entropies = None
+        self._ub_defer_initial = False
+        self._ub_last_reading = None
         self.unsolved_fraction: list[float] = []  # per generation batch: share of its completions gated in
+        self.held_readings = 0  # optimizer steps that repeated the last reading (no unsolved completion)
         super().__init__(*args, **kwargs)
         if self.entropy_control is None or self.entropy_control.name != "entropy_bonus":
             raise ValueError("UnsolvedBonusTrainer runs entropy_control='entropy_bonus' only.")
@@ -67,9 +78,17 @@ class UnsolvedBonusTrainer(GRPOEntropyTrainer):
         self._ub_rewards = rewards.detach()
         return rewards
 
+    def _resolve_initial_entropy(self, output) -> None:
+        if not self._ub_defer_initial:  # inside TRL's generation the gate is not known yet: resolved after it
+            super()._resolve_initial_entropy(output)
+
     def _generate_and_score_completions(self, inputs):
         self._ub_rewards = None
-        output = super()._generate_and_score_completions(inputs)
+        self._ub_defer_initial = True
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._ub_defer_initial = False
         per_func, self._ub_rewards = self._ub_rewards, None
         if not self.model.training or per_func is None:
             return output
@@ -82,7 +101,23 @@ class UnsolvedBonusTrainer(GRPOEntropyTrainer):
         output["ec_entropy_mask"] = mask  # what the controller measures: the unsolved groups' tokens
         output["ub_gate_mask"] = mask
         self.unsolved_fraction.append(float(gate.float().mean()))
+        # "initial": the unsolved groups' entropy. The product reduces over loss_mask(output) = completion_mask *
+        # tool_mask and attends with completion_mask, so the gate goes in as a tool mask on a shallow copy.
+        gate_rows = gate.unsqueeze(1).to(output["completion_mask"].dtype).expand_as(output["completion_mask"])
+        view = dict(output, tool_mask=gate_rows if "tool_mask" not in output else output["tool_mask"] * gate_rows)
+        super()._resolve_initial_entropy(view)
         return output
+
+    def _reduce_window(self):
+        measured, count, batch_estimate = super()._reduce_window()
+        held = not (count > 0 and math.isfinite(measured)) and self._ub_last_reading is not None
+        if held:  # no unsolved completion this step: the last reading again, so the controller keeps its cadence
+            measured = self._ub_last_reading
+            self.held_readings += 1
+        elif count > 0 and math.isfinite(measured):
+            self._ub_last_reading = measured
+        log_metric(self, METRIC_PREFIX + "held_reading", float(held))
+        return measured, count, batch_estimate
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)

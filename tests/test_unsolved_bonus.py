@@ -43,8 +43,12 @@ def test_gated_term_is_trls_bonus_on_the_gate_normalised_by_all_loss_tokens():
 
 def test_variant_gates_the_unsolved_groups_of_a_real_run(tmp_path, monkeypatch):
     """On the tiny testbed's model through TRL's loop: the gated share of each generation batch is the share of its
-    completions in groups with no correct answer (scored independently here), TRL's own bonus stays 0 in its loss,
-    and the controller measures the gated tokens."""
+    completions in groups with no correct answer (scored independently here), and after TRL's shuffle the gate sits
+    on rows whose advantage is 0; TRL's own bonus stays 0 in its loss; the loss is TRL's plus the gated term, with
+    the coefficient logged for that step; the controller measures the gated tokens; "initial" is theirs."""
+    import benchmarks.unsolved_bonus as ub
+    from trl import GRPOTrainer
+
     from trl_entropy import GRPOEntropyConfig
     from trl_entropy.testbeds import get_testbed
 
@@ -59,47 +63,87 @@ def test_variant_gates_the_unsolved_groups_of_a_real_run(tmp_path, monkeypatch):
         return out
 
     kwargs = tb.grpo_config_kwargs(output_dir=str(tmp_path), max_steps=4, seed=0, steps_per_generation=2,
-                                   disable_tqdm=True, report_to=[])
+                                   disable_tqdm=True, report_to=[], logging_steps=1)
     kwargs.update(entropy_control="entropy_bonus", entropy_schedule="constant", entropy_schedule_start="initial")
     args = GRPOEntropyConfig(**kwargs)
     trainer = UnsolvedBonusTrainer(model=model, reward_funcs=reward, args=args, train_dataset=train_ds,
                                    processing_class=tokenizer)
-    coefs_in_loss = []
-    from trl import GRPOTrainer
+    calls = []  # per micro-batch: {trl, term, coef, gate, advantages, measured_mask, loss}
 
-    trl_loss = GRPOTrainer._compute_loss
-
-    def spy(self, model, inputs):
-        coefs_in_loss.append(self.entropy_coef)
-        return trl_loss(self, model, inputs)
-
-    trainer._trl_compute_loss = spy.__get__(trainer)
-    import benchmarks.unsolved_bonus as ub
-
-    terms = []
+    def trl_spy(self, model, inputs):
+        out = GRPOTrainer._compute_loss(self, model, inputs)
+        calls.append({"coef_in_trl": self.entropy_coef, "trl": out.detach()})
+        return out
 
     def term_spy(entropies, gate, mask, coef, accumulation=1):
         term = gated_entropy_term(entropies, gate, mask, coef, accumulation)
-        terms.append((entropies.requires_grad, float(gate.sum()), float(mask.sum()), coef))
+        calls[-1].update(term=term.detach(), coef=coef, grad=entropies.requires_grad, gate=gate.detach().clone())
         return term
 
+    def accumulate_spy(entropies, mask, generation=None, pull=None):
+        calls[-1]["measured_mask"] = mask.detach().clone()
+        return type(trainer)._accumulate_entropy(trainer, entropies, mask, generation, pull)
+
+    def loss_spy(model, inputs):
+        out = type(trainer)._compute_loss(trainer, model, inputs)
+        calls[-1].update(loss=out.detach(), advantages=inputs["advantages"].detach().clone())
+        return out
+
+    initial_masks = []
+
+    def rollout_spy(output, mask, source):
+        rows = output["tool_mask"].amax(dim=1) if "tool_mask" in output else torch.ones(len(mask))
+        initial_masks.append((mask.detach().clone(), output["completion_mask"].clone(), rows.clone()))
+        return type(trainer)._rollout_entropy(trainer, output, mask, source)
+
+    trainer._rollout_entropy = rollout_spy
+    trainer._trl_compute_loss = trl_spy.__get__(trainer)
+    trainer._accumulate_entropy = accumulate_spy
+    trainer._compute_loss = loss_spy
     monkeypatch.setattr(ub, "gated_entropy_term", term_spy)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
+
     group = kwargs["num_generations"]
     expected = []
     for batch in seen:
         groups = [batch[i : i + group] for i in range(0, len(batch), group)]
         expected.append(sum(len(g) for g in groups if max(g) < 1.0) / len(batch))
     assert trainer.unsolved_fraction == pytest.approx(expected)
-    assert coefs_in_loss and set(coefs_in_loss) == {0.0}
-    assert len(terms) == len(coefs_in_loss)  # one gated term per loss forward, with the entropies' gradient
-    assert all(grad and gate <= mask for grad, gate, mask, _ in terms)
-    assert any(coef != 0.0 for *_, coef in terms)
-    assert trainer.entropy_coef != 0.0  # the controller moved its coefficient, kept outside TRL's loss
-    measured = [h["entropy_control/measured"] for h in trainer.state.log_history if "entropy_control/measured" in h]
-    assert measured and all(m == m for m in measured)
+    assert 0 < sum(expected) < len(expected)  # the run has gated and ungated completions
+    logged = [h["entropy_control/entropy_coef"] for h in trainer.state.log_history
+              if "entropy_control/entropy_coef" in h]
+    assert len(calls) == 4 and len(logged) == 4  # one micro-batch per optimizer step
+    for call, knob in zip(calls, logged):
+        assert call["coef_in_trl"] == 0.0  # TRL's own bonus off
+        assert call["grad"]
+        assert torch.allclose(call["loss"], call["trl"] + call["term"])  # the term is added, once
+        assert call["coef"] == pytest.approx(knob)  # the coefficient in force during this step
+        assert torch.equal(call["measured_mask"], call["gate"])  # the controller measures the gated tokens
+        rows = call["gate"].sum(dim=1) > 0
+        assert torch.all(call["advantages"].reshape(-1)[rows] == 0)  # unsolved groups: every reward 0
+    assert any(c["coef"] != 0.0 for c in calls)
+    assert trainer.entropy_coef != 0.0  # the controller's coefficient, kept outside TRL's loss
+
+    # "initial" is the unsolved groups' starting entropy, not all completions'
+    initial = [h["entropy_control/initial_entropy"] for h in trainer.state.log_history
+               if "entropy_control/initial_entropy" in h]
+    assert initial and initial[0] == pytest.approx(trainer.initial_entropy)
+    assert len(initial_masks) == 1  # resolved once, after the gate, over the gated rows only
+    mask, completion_mask, rows = initial_masks[0]
+    assert torch.equal(mask, completion_mask * rows.unsqueeze(1))
+    assert rows.float().mean().item() == pytest.approx(expected[0]) and 0 < expected[0] < 1
+
+    # a step with no unsolved completion repeats the last reading
+    held = [h["entropy_control/held_reading"] for h in trainer.state.log_history if "entropy_control/held_reading" in h]
+    assert sum(held) == trainer.held_readings
+    for call, was_held in zip(calls, held):
+        assert bool(was_held) == (call["gate"].sum() == 0)
+    last, before = trainer._ub_last_reading, trainer.held_readings
+    trainer._ec_window = None
+    measured, count, _ = trainer._reduce_window()
+    assert count == 0 and measured == last and trainer.held_readings == before + 1
 
 
 def test_variant_requires_the_entropy_bonus(tmp_path):
