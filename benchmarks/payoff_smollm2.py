@@ -133,6 +133,13 @@ def report(records: list[dict]) -> str:
                  for key in (_pk("1"), _pk("16"), _pk("32"), lambda r: r["final"]["all"]["greedy"])]
         if cells[0] != "–":
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += ["", "Against DAPO's clip-higher, what most users run today (method minus `dapo`):", "",
+              "| method | pass@1 | pass@16 | pass@32 | greedy |", "|---|---|---|---|---|"]
+    for m in [x for x in METHODS if x not in ("grpo", "dapo")]:
+        cells = [_fmt(*paired(records, m, "dapo", key))
+                 for key in (_pk("1"), _pk("16"), _pk("32"), lambda r: r["final"]["all"]["greedy"])]
+        if cells[0] != "–":
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
     d16, se16, n = paired(records, RECOMMENDED, "grpo", _pk("16"))
     d1, se1, _ = paired(records, RECOMMENDED, "grpo", _pk("1"))
     lines += ["", f"Goal, `{RECOMMENDED}` against `grpo` on {n} paired seeds:",
