@@ -70,9 +70,14 @@ METHODS: dict[str, tuple[bool, dict]] = {
     # (benchmarks/unsolved_bonus.py, trained by its own trainer: VARIANT_TRAINERS).
     "bonus_wsd03_unsolved": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
                                     "entropy_schedule_anneal_ratio": 0.3, **_ANNEAL}),
+    # Study 6 (docs/payoff.md), registered after study 5 stopped on SmolLM2, before its runs: study 5's variant as a
+    # bonus only, never a penalty (its lower bound 0).
+    "bonus_wsd03_unsolved_pos": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
+                                        "entropy_schedule_anneal_ratio": 0.3, "entropy_bonus_min": 0.0, **_ANNEAL}),
 }
 # Methods trained by a research subclass of GRPOEntropyTrainer (module path, class name).
-VARIANT_TRAINERS = {"bonus_wsd03_unsolved": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer")}
+VARIANT_TRAINERS = {"bonus_wsd03_unsolved": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer"),
+                    "bonus_wsd03_unsolved_pos": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer")}
 RECOMMENDED = "bonus_wsd03"
 
 
@@ -323,25 +328,35 @@ LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-hig
           "bonus_cosine": "bonus, cosine", "entrocraft_linear_assist": "Entrocraft linear + assist",
           "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
           "kl_cov": "KL-Cov", "bonus_wsd03_deep": "bonus, WSD 0.3 to a tenth",
-          "bonus_wsd03_unsolved": "bonus, WSD 0.3, unsolved groups only"}
+          "bonus_wsd03_unsolved": "bonus, WSD 0.3, unsolved groups only",
+          "bonus_wsd03_unsolved_pos": "bonus (>= 0), WSD 0.3, unsolved groups only"}
 VARIANT = "bonus_wsd03_unsolved"  # study 5
+VARIANTS = {VARIANT: "Study 5", "bonus_wsd03_unsolved_pos": "Study 6"}
 
 
 def variant_lines(records: list[dict], stretch: bool = False) -> list[str]:
-    """Study 5's verdict (docs/payoff.md): the variant against plain GRPO by its rule, against the recipe, and how
-    much of each generation batch its gate let in. ``stretch``: plain GRPO plateaued, so the stretch applies."""
-    runs = [r for r in records if r["method"] == VARIANT]
+    """The verdicts of studies 5 and 6 (docs/payoff.md), one block per variant run."""
+    return [line for variant in VARIANTS for line in _variant_lines(records, variant, stretch)]
+
+
+def _variant_lines(records: list[dict], variant: str, stretch: bool) -> list[str]:
+    """One variant against plain GRPO by its rule, against the recipe, how much of each generation batch its gate
+    let in, and its coefficient. ``stretch``: plain GRPO plateaued, so the stretch applies."""
+    runs = [r for r in records if r["method"] == variant]
     if not runs:
         return []
-    d16, se16, n = paired(records, VARIANT, "grpo", _final("16"))
-    d1, se1, _ = paired(records, VARIANT, "grpo", _final("1"))
-    lines = ["", f"Study 5, `{VARIANT}` against `grpo` on {n} paired seeds:",
+    d16, se16, n = paired(records, variant, "grpo", _final("16"))
+    d1, se1, _ = paired(records, variant, "grpo", _final("1"))
+    lines = ["", f"{VARIANTS[variant]}, `{variant}` against `grpo` on {n} paired seeds:",
              f"- pass@16 {_fmt(d16, se16, n)}: " + ("met (> 2 SE)" if n > 1 and d16 > 2 * se16 else "not met"),
              f"- pass@1 {_fmt(d1, se1, n)}: " + ("met (above -1 SE)" if n > 1 and d1 > -se1 else "not met")]
     if stretch:
         lines.append("- stretch, pass@1 by >= 2 SE: " + ("met" if n > 1 and d1 > 2 * se1 else "not met"))
-    lines.append(f"- against `{RECOMMENDED}`: pass@1 {_fmt(*paired(records, VARIANT, RECOMMENDED, _final('1')))}, "
-                 f"pass@16 {_fmt(*paired(records, VARIANT, RECOMMENDED, _final('16')))}")
+    lines.append(f"- against `{RECOMMENDED}`: pass@1 {_fmt(*paired(records, variant, RECOMMENDED, _final('1')))}, "
+                 f"pass@16 {_fmt(*paired(records, variant, RECOMMENDED, _final('16')))}")
+    knobs = [x for r in runs for x in r["knob"] if x is not None]
+    if knobs:
+        lines.append(f"- coefficient from {min(knobs):.3f} to {max(knobs):.3f} over the runs")
     share = [r["unsolved_fraction"] for r in runs if r.get("unsolved_fraction")]
     if share:
         third = max(1, min(len(s) for s in share) // 3)
