@@ -643,13 +643,13 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
     entropy is drawn twice: over all completions, and over the unsolved groups' (what its controller holds)."""
     from trl_entropy._plotting import k_axis, new_figure, save_figure
 
-    rows = [(name, recs) for name, recs in testbeds if any(r["method"] == VARIANT for r in recs)]
+    rows = [(name, recs) for name, recs in testbeds if any(r["method"] in VARIANTS for r in recs)]
     if not rows:
         return None
-    shown = ["base", "grpo", RECOMMENDED, VARIANT]
-    colors = {"base": "k", "grpo": "C0", RECOMMENDED: "C3", VARIANT: "C2"}
+    shown = ["base", "grpo", RECOMMENDED, *VARIANTS]
+    colors = {"base": "k", "grpo": "C0", RECOMMENDED: "C3", VARIANT: "C2", "bonus_wsd03_unsolved_pos": "C4"}
     fig, axes = new_figure(len(rows), 3, figsize=(16, 4 * len(rows)))
-    fig.suptitle("Study 5: the recipe acting only on groups with no correct answer")
+    fig.suptitle("Studies 5 and 6: the recipe acting only on groups with no correct answer")
     for row, (name, recs) in enumerate(rows):
         by = {m: [r for r in recs if r["method"] == m] for m in shown}
         ax = axes[row, 0]
@@ -678,11 +678,12 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
                 out.append(statistics.fmean(vals) if vals else math.nan)
             return out
         for m in [x for x in shown[1:] if by[x]]:
-            key = "entropy_all" if m == VARIANT else "entropy"
+            key = "entropy_all" if m in VARIANTS else "entropy"
             ax.plot(mean_series(by[m], key), color=colors[m], lw=1, label=f"{LABELS[m]}, all completions")
+        for m in [x for x in VARIANTS if by[x]]:
+            ax.plot(mean_series(by[m], "entropy"), color=colors[m], lw=1, ls=":",
+                    label=f"{LABELS[m]}, unsolved groups (held)")
         if by[VARIANT]:
-            ax.plot(mean_series(by[VARIANT], "entropy"), color=colors[VARIANT], lw=1, ls=":",
-                    label=f"{LABELS[VARIANT]}, unsolved groups (held)")
             ax.plot(mean_series(by[VARIANT], "target"), color="0.5", lw=1, ls="--", label="target")
         ax.set(xlabel="optimizer step", ylabel="entropy (nats)", title=f"{name}: training entropy")
         ax.legend(fontsize=7, loc="upper right")
