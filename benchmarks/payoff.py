@@ -74,10 +74,16 @@ METHODS: dict[str, tuple[bool, dict]] = {
     # bonus only, never a penalty (its lower bound 0).
     "bonus_wsd03_unsolved_pos": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
                                         "entropy_schedule_anneal_ratio": 0.3, "entropy_bonus_min": 0.0, **_ANNEAL}),
+    # Study 7 (docs/payoff.md), registered after study 6, before its runs: study 6's variant acting on the unsolved
+    # groups' entropy over the whole generation batch (the package's entropy_measurement="generation_batch").
+    "bonus_wsd03_unsolved_pos_gb": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
+                                           "entropy_schedule_anneal_ratio": 0.3, "entropy_bonus_min": 0.0,
+                                           "entropy_measurement": "generation_batch", **_ANNEAL}),
 }
 # Methods trained by a research subclass of GRPOEntropyTrainer (module path, class name).
 VARIANT_TRAINERS = {"bonus_wsd03_unsolved": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer"),
-                    "bonus_wsd03_unsolved_pos": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer")}
+                    "bonus_wsd03_unsolved_pos": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer"),
+                    "bonus_wsd03_unsolved_pos_gb": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer")}
 RECOMMENDED = "bonus_wsd03"
 
 
@@ -207,10 +213,15 @@ def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_
         record["held_steps"] = trainer.held_readings
         record["initial_entropy"] = trainer.initial_entropy  # the unsolved groups' starting entropy
         record["negative_coef_steps"] = sum(1 for h in rows if (h.get("entropy_control/entropy_coef") or 0) < 0)
+        if any("entropy_control/measured_generation_batch" in h for h in rows):  # study 7: what the control acted on
+            record["entropy_gb"] = [None if h.get("entropy_control/held_reading") else
+                                    h.get("entropy_control/measured_generation_batch") for h in rows]
     if any(t is not None for t in record["target"]):
         from trl_entropy.metrics import tracking_error
 
         record["tracking_error"] = tracking_error(record["entropy"], record["target"])
+        if "entropy_gb" in record:
+            record["tracking_error_gb"] = tracking_error(record["entropy_gb"], record["target"])
     return trainer.model, record
 
 
@@ -329,9 +340,10 @@ LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-hig
           "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
           "kl_cov": "KL-Cov", "bonus_wsd03_deep": "bonus, WSD 0.3 to a tenth",
           "bonus_wsd03_unsolved": "bonus, WSD 0.3, unsolved groups only",
-          "bonus_wsd03_unsolved_pos": "bonus (>= 0), WSD 0.3, unsolved groups only"}
+          "bonus_wsd03_unsolved_pos": "bonus (>= 0), WSD 0.3, unsolved groups only",
+          "bonus_wsd03_unsolved_pos_gb": "bonus (>= 0), WSD 0.3, unsolved groups, generation-batch reading"}
 VARIANT = "bonus_wsd03_unsolved"  # study 5
-VARIANTS = {VARIANT: "Study 5", "bonus_wsd03_unsolved_pos": "Study 6"}
+VARIANTS = {VARIANT: "Study 5", "bonus_wsd03_unsolved_pos": "Study 6", "bonus_wsd03_unsolved_pos_gb": "Study 7"}
 
 
 def variant_lines(records: list[dict], stretch: bool = False) -> list[str]:
@@ -647,7 +659,8 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
     if not rows:
         return None
     shown = ["base", "grpo", RECOMMENDED, *VARIANTS]
-    colors = {"base": "k", "grpo": "C0", RECOMMENDED: "C3", VARIANT: "C2", "bonus_wsd03_unsolved_pos": "C4"}
+    colors = {"base": "k", "grpo": "C0", RECOMMENDED: "C3", VARIANT: "C2", "bonus_wsd03_unsolved_pos": "C4",
+              "bonus_wsd03_unsolved_pos_gb": "C5"}
     fig, axes = new_figure(len(rows), 3, figsize=(16, 4 * len(rows)))
     fig.suptitle("Studies 5 and 6: the recipe acting only on groups with no correct answer")
     for row, (name, recs) in enumerate(rows):

@@ -14,6 +14,11 @@ Two amendments, made before any run after a review of the code (``docs/payoff.md
 ``"initial"`` is the starting entropy of the first generation batch's unsolved groups (the quantity held), not of
 all its completions; and a step with no unsolved completion repeats the last reading (logged as
 ``entropy_control/held_reading``), so the controller still advances one update per optimizer step.
+
+Study 7 runs it with ``entropy_measurement="generation_batch"``: the controller then acts on the gated entropy of
+the whole generation batch, ``mean H_gen(gated batch) * sum H_now / sum H_gen`` over the step's gated tokens, so the
+batch's entropy at generation is taken over the unsolved groups' tokens too (:meth:`_gate_generation_entropy`). A
+step without a gated token repeats the last value the controller acted on.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 from trl_entropy import GRPOEntropyTrainer
 from trl_entropy.losses.policy_loss import loss_mask
+from trl_entropy.scheduling.measurement import entropy_sums
 from trl_entropy._trl_private import log_metric
 from trl_entropy.trainers.faults import METRIC_PREFIX
 
@@ -106,16 +112,33 @@ class UnsolvedBonusTrainer(GRPOEntropyTrainer):
         gate_rows = gate.unsqueeze(1).to(output["completion_mask"].dtype).expand_as(output["completion_mask"])
         view = dict(output, tool_mask=gate_rows if "tool_mask" not in output else output["tool_mask"] * gate_rows)
         super()._resolve_initial_entropy(view)
+        self._gate_generation_entropy(output, mask)
         return output
+
+    def _gate_generation_entropy(self, output, mask) -> None:
+        """With ``entropy_measurement="generation_batch"``: the batch's mean entropy at generation over the gated
+        tokens (the product's `_attach_generation_entropies` took it over all of them). Every rank that pairs reaches
+        the same one reduction, as in the product."""
+        if not self._pairs_generation_entropy():
+            return
+        entropies = output.get("ec_generation_entropies")
+        if entropies is not None and entropies.shape == mask.shape:
+            sums = entropy_sums(entropies, mask)[:2]
+        else:
+            sums = torch.zeros(2, device=mask.device)
+        totals = self.accelerator.reduce(sums, "sum")
+        count = float(totals[1])
+        value = float(totals[0]) / count if count > 0 else float("nan")
+        self._ec_generation_entropy = value if math.isfinite(value) else None
 
     def _reduce_window(self):
         measured, count, batch_estimate = super()._reduce_window()
         held = not (count > 0 and math.isfinite(measured)) and self._ub_last_reading is not None
         if held:  # no unsolved completion this step: the last reading again, so the controller keeps its cadence
-            measured = self._ub_last_reading
+            measured, batch_estimate = self._ub_last_reading, None
             self.held_readings += 1
-        elif count > 0 and math.isfinite(measured):
-            self._ub_last_reading = measured
+        elif count > 0 and math.isfinite(measured):  # what the controller acts on (study 7: the batch's estimate)
+            self._ub_last_reading = batch_estimate if batch_estimate is not None else measured
         log_metric(self, METRIC_PREFIX + "held_reading", float(held))
         return measured, count, batch_estimate
 

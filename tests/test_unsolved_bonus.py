@@ -157,3 +157,60 @@ def test_variant_requires_the_entropy_bonus(tmp_path):
     with pytest.raises(ValueError, match="entropy_bonus"):
         UnsolvedBonusTrainer(model=model, reward_funcs=tb.reward, args=args, train_dataset=train_ds,
                              processing_class=tokenizer)
+
+
+def test_generation_batch_reading_is_the_unsolved_groups_over_the_whole_batch(tmp_path):
+    """Study 7: with entropy_measurement="generation_batch" the batch's entropy at generation is the gated tokens'
+    mean over the whole generation batch, and each step's estimate (what the controller acts on) is that mean times
+    the step's gated H_now / H_gen; a step without a gated token repeats the last estimate."""
+    from trl_entropy import GRPOEntropyConfig
+    from trl_entropy.testbeds import get_testbed
+
+    tb = get_testbed("tiny_headroom")  # its carry problems leave groups unsolved
+    model, tokenizer = tb.load(False)
+    train_ds, _ = tb.datasets(0)
+    kwargs = tb.grpo_config_kwargs(output_dir=str(tmp_path), max_steps=4, seed=0, steps_per_generation=2,
+                                   disable_tqdm=True, report_to=[], logging_steps=1)
+    kwargs.update(entropy_control="entropy_bonus", entropy_schedule="constant", entropy_schedule_start="initial",
+                  entropy_bonus_min=0.0, entropy_measurement="generation_batch")
+    trainer = UnsolvedBonusTrainer(model=model, reward_funcs=tb.reward, args=GRPOEntropyConfig(**kwargs),
+                                   train_dataset=train_ds, processing_class=tokenizer)
+    batches, steps, acted = [], [], []
+
+    def gate_spy(output, mask):
+        type(trainer)._gate_generation_entropy(trainer, output, mask)
+        gen = output["ec_generation_entropies"]
+        batches.append(((gen * mask).sum() / mask.sum()).item() if mask.sum() > 0 else None)
+        assert trainer._ec_generation_entropy == (pytest.approx(batches[-1]) if batches[-1] is not None else None)
+
+    def accumulate_spy(entropies, mask, generation=None, pull=None):
+        assert generation is not None and generation.shape == mask.shape  # every step is paired
+        steps.append(((entropies.detach() * mask).sum().item(), (generation * mask).sum().item(), mask.sum().item(),
+                      batches[-1]))
+        return type(trainer)._accumulate_entropy(trainer, entropies, mask, generation, pull)
+
+    observe = trainer.entropy_control.observe
+
+    def observe_spy(measured, target):
+        acted.append(measured)
+        return observe(measured, target)
+
+    trainer._gate_generation_entropy = gate_spy
+    trainer._accumulate_entropy = accumulate_spy
+    trainer.entropy_control.observe = observe_spy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+
+    assert len(batches) == 2 and batches[0] is not None
+    assert len(steps) == 4 and len(acted) == 4
+    held = [h["entropy_control/held_reading"] for h in trainer.state.log_history if "entropy_control/held_reading" in h]
+    last = None
+    for (now, gen, count, batch_mean), value, was_held in zip(steps, acted, held):
+        if count == 0:
+            assert was_held and value == last
+            continue
+        assert not was_held
+        assert value == pytest.approx(batch_mean * now / gen, rel=1e-5)
+        last = value
+    assert last is not None
