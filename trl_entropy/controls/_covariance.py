@@ -77,7 +77,8 @@ class CovarianceControl(TokenHookControl):
                 f"entropy_control={cls.name!r} with fully on-policy updates (one optimizer step per "
                 f"generation batch, num_iterations=1): the importance ratio is 1, so it reduces to "
                 f"{cls.on_policy_reduces_to}. Train as the authors do, with several optimizer steps per generation "
-                "batch (steps_per_generation > gradient_accumulation_steps, or num_iterations > 1).",
+                "batch (gradient_accumulation_steps not a multiple of steps_per_generation * num_iterations, e.g. "
+                "steps_per_generation=4 with gradient_accumulation_steps=1).",
                 UserWarning,
                 stacklevel=_USER_STACKLEVEL,
             )

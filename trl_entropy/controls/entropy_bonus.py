@@ -232,8 +232,8 @@ class EntropyBonusControl(ControllerControl):
         "entropy_bonus_integral_beyond": "clip", "entropy_bonus_lower_ki_fraction": 0.0}.items()}
     demo_description = "feedback entropy bonus: a signed coefficient under PI + feed-forward control (this package)"
     docs_page = "entropy-bonus.md"
-    docs_row = ('feedback entropy bonus: a signed coefficient (bonus or penalty) under a filtered, predictive PI law with feed-forward (this package; the recommendation)',
-                '`entropy_coef` ∈ [−0.2, 0.2]',
+    docs_row = ('feedback entropy bonus: a signed coefficient (bonus or penalty) under a filtered, predictive PI law with feed-forward and momentum compensation (this package; the recommendation)',
+                '`entropy_coef`: law within [−0.1, 0.5] (each bound growing to 1 in size), applied within ±2× the larger bound',
                 'every update',
                 'yes')
 

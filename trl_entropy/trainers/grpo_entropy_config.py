@@ -309,7 +309,9 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
 
     Clip-Cov and KL-Cov act through the importance ratio: fully on-policy (one optimizer step per generation batch,
     `num_iterations=1`) KL-Cov reduces to plain policy gradient and Clip-Cov only drops a few tokens' gradient; the
-    config warns. Train with `steps_per_generation > gradient_accumulation_steps` or `num_iterations > 1`.
+    config warns. Train off-policy: `gradient_accumulation_steps` not a multiple of `steps_per_generation *
+    num_iterations` (with the default `gradient_accumulation_steps=1`: `steps_per_generation > 1` or
+    `num_iterations > 1`).
 
     Note: a clip bound only changes the gradient when the importance ratio differs from 1, that is on off-policy
     updates, i.e. when `gradient_accumulation_steps` is not a multiple of `steps_per_generation * num_iterations`
