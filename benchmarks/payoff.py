@@ -366,6 +366,16 @@ def _variant_lines(records: list[dict], variant: str, stretch: bool) -> list[str
         lines.append("- stretch, pass@1 by >= 2 SE: " + ("met" if n > 1 and d1 > 2 * se1 else "not met"))
     lines.append(f"- against `{RECOMMENDED}`: pass@1 {_fmt(*paired(records, variant, RECOMMENDED, _final('1')))}, "
                  f"pass@16 {_fmt(*paired(records, variant, RECOMMENDED, _final('16')))}")
+    before = {"bonus_wsd03_unsolved_pos": VARIANT, "bonus_wsd03_unsolved_pos_gb": "bonus_wsd03_unsolved_pos"}.get(variant)
+    if before and any(r["method"] == before for r in records):  # each study against the one it changes
+        lines.append(f"- against `{before}`: pass@1 {_fmt(*paired(records, variant, before, _final('1')))}, "
+                     f"pass@16 {_fmt(*paired(records, variant, before, _final('16')))}")
+    for key, what in (("tracking_error", "the step's own reading"), ("tracking_error_gb", "what the control acted on, "
+                                                                      "the generation batch's estimate")):
+        errors = [r[key] for r in runs if r.get(key) is not None and math.isfinite(r[key])]
+        if errors:
+            lines.append(f"- tracking error on {what}: {100 * min(errors):.1f}-{100 * max(errors):.1f}% "
+                         f"(mean {100 * statistics.fmean(errors):.1f}%)")
     knobs = [x for r in runs for x in r["knob"] if x is not None]
     if knobs:
         lines.append(f"- coefficient from {min(knobs):.3f} to {max(knobs):.3f} over the runs")
