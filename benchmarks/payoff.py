@@ -671,8 +671,11 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
     shown = ["base", "grpo", RECOMMENDED, *VARIANTS]
     colors = {"base": "k", "grpo": "C0", RECOMMENDED: "C3", VARIANT: "C2", "bonus_wsd03_unsolved_pos": "C4",
               "bonus_wsd03_unsolved_pos_gb": "C5"}
-    fig, axes = new_figure(len(rows), 3, figsize=(16, 4 * len(rows)))
-    fig.suptitle("Studies 5 and 6: the recipe acting only on groups with no correct answer")
+    short = {"base": "starting model", "grpo": "plain GRPO", RECOMMENDED: "the recipe (bonus, WSD 0.3)",
+             **{m: f"{VARIANTS[m].lower()}: {LABELS[m].replace('bonus', 'the recipe', 1)}" for m in VARIANTS}}
+    below = dict(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
+    fig, axes = new_figure(len(rows), 3, figsize=(16, 6.2 * len(rows)))
+    fig.suptitle("Studies 5-7: the recipe acting only on groups with no correct answer")
     for row, (name, recs) in enumerate(rows):
         by = {m: [r for r in recs if r["method"] == m] for m in shown}
         ax = axes[row, 0]
@@ -680,17 +683,17 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
             ks = sorted(int(k) for k in by[m][0]["final"]["all"]["pass_at_k"])
             ys = [statistics.fmean(r["final"]["all"]["pass_at_k"][str(k)] for r in by[m]) for k in ks]
             ax.plot(ks, ys, marker="o", ms=3, color=colors[m], ls="--" if m == "base" else "-",
-                    label=f"{LABELS[m]} ({len(by[m])})")
+                    label=short[m] if m == "base" else f"{short[m]} ({len(by[m])} seeds)")
             k_axis(ax, ks)
         ax.set(xlabel="k", ylabel="pass@k", title=f"{name}: final pass@k, held-out")
-        ax.legend(fontsize=8)
+        ax.legend(**below)
         ax = axes[row, 1]
         for m in [x for x in shown[1:] if by[x]]:
             steps = by[m][0]["curve"]["step"]
             ys = [statistics.fmean(r["curve"]["pass@1"][i] for r in by[m]) for i in range(len(steps))]
-            ax.plot(steps, ys, marker="o", ms=3, color=colors[m], label=LABELS[m])
+            ax.plot(steps, ys, marker="o", ms=3, color=colors[m], label=short[m])
         ax.set(xlabel="optimizer step", ylabel="held-out pass@1", title=f"{name}: held-out pass@1 during training")
-        ax.legend(fontsize=8)
+        ax.legend(**below)
         ax = axes[row, 2]
 
         def mean_series(runs, key):
@@ -702,14 +705,14 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
             return out
         for m in [x for x in shown[1:] if by[x]]:
             key = "entropy_all" if m in VARIANTS else "entropy"
-            ax.plot(mean_series(by[m], key), color=colors[m], lw=1, label=f"{LABELS[m]}, all completions")
+            ax.plot(mean_series(by[m], key), color=colors[m], lw=1, label=f"{short[m].split(':')[0]}, all completions")
         for m in [x for x in VARIANTS if by[x]]:
             ax.plot(mean_series(by[m], "entropy"), color=colors[m], lw=1, ls=":",
-                    label=f"{LABELS[m]}, unsolved groups (held)")
+                    label=f"{short[m].split(':')[0]}, unsolved groups (what it holds)")
         if by[VARIANT]:
             ax.plot(mean_series(by[VARIANT], "target"), color="0.5", lw=1, ls="--", label="target")
         ax.set(xlabel="optimizer step", ylabel="entropy (nats)", title=f"{name}: training entropy")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(**dict(below, ncol=2))
     return save_figure(fig, os.path.join(out_dir, "payoff_study5.png"))
 
 
