@@ -259,26 +259,30 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def run_cached(methods: str, seeds: str, results: str, run, base_seeds=None) -> None:
+def run_cached(methods: str, seeds: str, results: str, run, base_seeds=None, by_seed: bool = False) -> None:
     """Run each (method, seed) that the JSON-lines cache ``results`` lacks with ``run(method, seed)``, appending each
     record as it ends (an interrupted study resumes). ``base_seeds``: the seeds of method ``base`` (default:
-    ``seeds``)."""
+    ``seeds``). Method by method, or with ``by_seed`` seed by seed (every method of a seed, then the next seed)."""
     done = {(r["method"], r["seed"]) for r in _load(results)}
-    for method in methods.split(","):
+    names = methods.split(",")
+    for method in names:
         if method != "base" and method not in METHODS:
             sys.exit(f"unknown method {method!r}; choose from base, {', '.join(METHODS)}")
-        for seed in base_seeds if method == "base" and base_seeds is not None else _seeds(seeds):
-            if (method, seed) in done:
-                continue
-            record = run(method, seed)
-            os.makedirs(os.path.dirname(results), exist_ok=True)
-            with open(results, "a") as f:
-                f.write(json.dumps(record) + "\n")
-            fin = record["final"]["all"]
-            ks = sorted(fin["pass_at_k"], key=int)
-            cells = " ".join(f"pass@{k} {fin['pass_at_k'][k]:.3f}" for k in ("1", "16", ks[-1]))
-            print(f"{method} seed {seed}: {cells}"
-                  + f" greedy {fin['greedy']:.3f} H {fin['entropy']:.3f} ({record['wall_s']:.0f} s)", flush=True)
+    todo = [(m, s) for m in names for s in (base_seeds if m == "base" and base_seeds is not None else _seeds(seeds))]
+    if by_seed:
+        todo.sort(key=lambda ms: ms[1])  # stable: the methods keep their order within a seed
+    for method, seed in todo:
+        if (method, seed) in done:
+            continue
+        record = run(method, seed)
+        os.makedirs(os.path.dirname(results), exist_ok=True)
+        with open(results, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        fin = record["final"]["all"]
+        ks = sorted(fin["pass_at_k"], key=int)
+        cells = " ".join(f"pass@{k} {fin['pass_at_k'][k]:.3f}" for k in ("1", "16", ks[-1]))
+        print(f"{method} seed {seed}: {cells}"
+              + f" greedy {fin['greedy']:.3f} H {fin['entropy']:.3f} ({record['wall_s']:.0f} s)", flush=True)
 
 
 def cmd_run(args):

@@ -34,6 +34,7 @@ from benchmarks.payoff import (
     paired,
     ringing,
     run_cached,
+    _seeds,
     VARIANT,
     variant_lines,
     train_method,
@@ -214,11 +215,14 @@ def main(argv=None):
     r.add_argument("--methods", default="base,grpo")
     r.add_argument("--seeds", default="0")
     r.add_argument("--steps", type=int, default=STEPS)
+    r.add_argument("--by_seed", action="store_true", help="every method of a seed, then the next seed")
     r.set_defaults(func=lambda a: run_cached(a.methods, a.seeds, a.results,
                                              lambda m, s: run_one(m, s, a.steps, learning_rate=a.learning_rate),
-                                             base_seeds=[0]))
+                                             base_seeds=[0], by_seed=a.by_seed))
     rp = sub.add_parser("report")
-    rp.set_defaults(func=lambda a: print(report(_load(a.results))))
+    rp.add_argument("--seeds", default=None, help="only these seeds (and the starting model), e.g. 200-215")
+    rp.set_defaults(func=lambda a: print(report([r for r in _load(a.results) if a.seeds is None or r["method"] == "base"
+                                                 or r["seed"] in _seeds(a.seeds)])))
     f = sub.add_parser("figures")
     f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      "docs", "img"))
