@@ -371,3 +371,18 @@ def test_an_existing_model_folder_given_as_a_string_trains(tmp_path):
                                  processing_class=tiny_tokenizer())
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+# ------------------------------------------------------------------------------------------------- mistyped names
+@pytest.mark.parametrize("field, typo, meant", [
+    ("entropy_control", "entropy-bonus", "entropy_bonus"),
+    ("entropy_control", "klcov", "kl_cov"),
+    ("entropy_measurement", "generation-batch", "generation_batch"),
+])
+def test_a_mistyped_choice_names_the_one_meant(tmp_path, field, typo, meant):
+    kwargs = {"entropy_control": "entropy_bonus", "entropy_schedule_start": 0.5, field: typo}
+    with pytest.raises(ValueError, match=f"{field} must be one of .* Did you mean '{meant}'"):
+        tiny_args(tmp_path, **kwargs)
+    with pytest.raises(ValueError) as err:  # nothing close: no guess
+        tiny_args(tmp_path, **{**kwargs, field: "zzz"})
+    assert "Did you mean" not in str(err.value)

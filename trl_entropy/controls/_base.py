@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -470,10 +471,20 @@ def is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def did_you_mean(value, choices) -> str:
+    """`` Did you mean 'x'?`` for the choice closest to a mistyped ``value`` (hyphens and case forgiven), or ``""``."""
+    if not isinstance(value, str):
+        return ""
+    names = [c for c in choices if isinstance(c, str)]
+    exact = [c for c in names if c.lower() == value.lower().replace("-", "_").replace(" ", "_")]
+    close = exact or difflib.get_close_matches(value.lower(), names, n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def check_choice(args, name: str, choices) -> None:
     value = getattr(args, name)
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.")
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}.{did_you_mean(value, choices)}")
 
 
 def check_range(args, name: str, low: float, high: float, low_open: bool = False) -> None:

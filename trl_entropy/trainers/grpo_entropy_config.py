@@ -15,7 +15,7 @@ from .._paths import is_hub_model_id
 from ..controls import BUILTIN_SETTINGS
 from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls
 from ..controls._base import is_number as _is_number
-from ..controls._base import check_choice, parse_control_settings, removed_setting
+from ..controls._base import check_choice, did_you_mean, parse_control_settings, removed_setting
 from ..controls._covariance import COV_SCOPES  # noqa: F401 (kept importable from here)
 from ..controls.entrocraft import ENTROCRAFT_ENTROPY_SOURCES, ENTROCRAFT_MODES, ENTROCRAFT_NORMALIZERS  # noqa: F401
 from ..controls.positive_reweight import POSITIVE_REWEIGHT_SCHEDULES  # noqa: F401
@@ -566,8 +566,9 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
     def _validate_entropy_fields(self) -> None:
         if self.entropy_control not in ENTROPY_CONTROLS:
             raise ValueError(
-                f"entropy_control must be one of {list(ENTROPY_CONTROLS)}, got {self.entropy_control!r}. A control "
-                "of your own must be registered (trl_entropy.register_control) before the config is built."
+                f"entropy_control must be one of {list(ENTROPY_CONTROLS)}, got {self.entropy_control!r}."
+                f"{did_you_mean(self.entropy_control, ENTROPY_CONTROLS)} A control of your own must be registered "
+                "(trl_entropy.register_control) before the config is built."
             )
         control = self.entropy_control
         control_cls = _control_registry().get(control)  # None for "none"
