@@ -29,7 +29,7 @@ import torch
 
 from trl_entropy import GRPOEntropyTrainer
 from trl_entropy.losses.policy_loss import loss_mask
-from trl_entropy.scheduling.measurement import entropy_sums
+from trl_entropy.scheduling.measurement import global_token_mean
 from trl_entropy._trl_private import log_metric
 from trl_entropy.trainers.faults import METRIC_PREFIX
 
@@ -122,14 +122,8 @@ class UnsolvedBonusTrainer(GRPOEntropyTrainer):
         if not self._pairs_generation_entropy():
             return
         entropies = output.get("ec_generation_entropies")
-        if entropies is not None and entropies.shape == mask.shape:
-            sums = entropy_sums(entropies, mask)[:2]
-        else:
-            sums = torch.zeros(2, device=mask.device)
-        totals = self.accelerator.reduce(sums, "sum")
-        count = float(totals[1])
-        value = float(totals[0]) / count if count > 0 else float("nan")
-        self._ec_generation_entropy = value if math.isfinite(value) else None
+        usable = entropies is not None and entropies.shape == mask.shape
+        self._ec_generation_entropy = global_token_mean(entropies if usable else None, mask, self.accelerator.reduce)
 
     def _reduce_window(self):
         measured, count, batch_estimate = super()._reduce_window()

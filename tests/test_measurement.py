@@ -18,7 +18,7 @@ from conftest import (
 )
 
 from trl_entropy import GRPOEntropyConfig, GRPOEntropyTrainer
-from trl_entropy.scheduling import entropy_sums, generation_batch_entropy
+from trl_entropy.scheduling import entropy_sums, generation_batch_entropy, global_token_mean
 
 
 def test_sums_by_hand():
@@ -39,6 +39,21 @@ def test_estimate_by_hand():
     assert generation_batch_entropy(1.5, [0.0, 0.0, 0.0, 0.0]) is None  # no tokens
     assert generation_batch_entropy(1.5, [3.0, 3.0, 0.0, 3.0]) is None  # H_gen 0: no ratio
     assert generation_batch_entropy(math.inf, [3.0, 3.0, 6.0, 3.0]) is None
+
+
+def test_global_token_mean_sums_over_ranks_before_dividing():
+    h = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    ranks = [entropy_sums(h, mask)[:2], torch.tensor([10.0, 1.0])]  # another rank: one token of entropy 10
+
+    def reduce(tensor, op):  # what accelerator.reduce(..., "sum") returns on every rank
+        assert op == "sum"
+        return tensor + ranks[1]
+
+    assert global_token_mean(h, mask, reduce) == pytest.approx(16.0 / 4)  # not the mean of the ranks' means
+    assert global_token_mean(None, mask, lambda t, op: t) is None  # no rank had a token
+    assert global_token_mean(None, mask, reduce) == pytest.approx(10.0)  # this rank adds zeros, the other its token
+    assert global_token_mean(h * math.inf, mask, lambda t, op: t) is None
 
 
 def test_the_ratio_removes_the_spread_between_the_steps_of_one_batch():

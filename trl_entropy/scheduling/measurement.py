@@ -20,8 +20,8 @@ import math
 
 import torch
 
-__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "policy_token_weights", "pull_coefficient",
-           "signal_token_count"]
+__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "global_token_mean", "policy_token_weights",
+           "pull_coefficient", "signal_token_count"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -38,6 +38,17 @@ def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.
         return torch.stack([now, count, zero, zero]).float()
     gen = (generation.to(entropies.dtype) * m).sum()
     return torch.stack([now, count, gen, count]).float()
+
+
+def global_token_mean(entropies: torch.Tensor | None, mask: torch.Tensor, reduce) -> float | None:
+    """The token mean of ``entropies`` over ``mask``, summed over processes by ``reduce(tensor, "sum")`` (e.g.
+    ``accelerator.reduce``): the batch's mean ``H_gen``. Every rank calls it, with ``entropies=None`` where it has
+    nothing to add (its zeros keep the collective in step); ``None`` when no process has a token, or not finite."""
+    sums = entropy_sums(entropies, mask)[:2] if entropies is not None else torch.zeros(2, device=mask.device)
+    totals = reduce(sums, "sum")
+    count = float(totals[1])
+    value = float(totals[0]) / count if count > 0 else float("nan")
+    return value if math.isfinite(value) else None
 
 
 def generation_batch_entropy(batch_generation_entropy: float | None, sums) -> float | None:

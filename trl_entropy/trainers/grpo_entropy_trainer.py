@@ -37,6 +37,7 @@ from ..scheduling.measurement import (
     entropy_pull_sums,
     entropy_sums,
     generation_batch_entropy,
+    global_token_mean,
     policy_token_weights,
     signal_token_count,
 )
@@ -300,13 +301,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         usable = entropies is not None and entropies.shape == mask.shape
         if usable:
             output["ec_generation_entropies"] = entropies
-            sums = entropy_sums(entropies, mask)[:2]
-        else:
-            sums = torch.zeros(2, device=mask.device)
-        totals = self.accelerator.reduce(sums, "sum")
-        count = float(totals[1])
-        value = float(totals[0]) / count if count > 0 else float("nan")
-        self._ec_generation_entropy = value if math.isfinite(value) else None
+        self._ec_generation_entropy = global_token_mean(entropies if usable else None, mask, self.accelerator.reduce)
 
     def _generate_and_score_completions(self, inputs):
         control = self.entropy_control
