@@ -79,6 +79,9 @@ METHODS: dict[str, tuple[bool, dict]] = {
     "bonus_wsd03_unsolved_pos_gb": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "wsd",
                                            "entropy_schedule_anneal_ratio": 0.3, "entropy_bonus_min": 0.0,
                                            "entropy_measurement": "generation_batch", **_ANNEAL}),
+    # Study 9 (docs/payoff.md), registered before its runs: a third constant level, for Wang et al.'s optimum.
+    "bonus_hold_quarter": (True, {"entropy_control": "entropy_bonus", "entropy_schedule": "constant",
+                                  "entropy_schedule_start": "0.25*initial"}),
 }
 # Methods trained by a research subclass of GRPOEntropyTrainer (module path, class name).
 VARIANT_TRAINERS = {"bonus_wsd03_unsolved": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer"),
@@ -286,7 +289,8 @@ def run_cached(methods: str, seeds: str, results: str, run, base_seeds=None, by_
 
 
 def cmd_run(args):
-    run_cached(args.methods, args.seeds, args.results, lambda m, s: run_one(m, s, args.steps, args.eval_every))
+    run_cached(args.methods, args.seeds, args.results, lambda m, s: run_one(m, s, args.steps, args.eval_every),
+               by_seed=args.by_seed)
 
 
 def paired(records: list[dict], a: str, b: str, key) -> tuple[float, float, int]:
@@ -338,7 +342,7 @@ def cmd_summary(args):
 
 PRIMARY = ["grpo", "dapo", "trl_hold", RECOMMENDED]
 LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-higher (0.28)",
-          "trl_hold": "TRL's rule, hold", "bonus_hold": "bonus, hold", "bonus_hold_half": "bonus, hold at half",
+          "trl_hold": "TRL's rule, hold", "bonus_hold": "bonus, hold", "bonus_hold_half": "bonus, hold at half", "bonus_hold_quarter": "bonus, hold at a quarter",
           "bonus_wsd03": "bonus, WSD 0.3 (recommended)", "bonus_wsd01": "bonus, WSD 0.1",
           "bonus_cosine": "bonus, cosine", "entrocraft_linear_assist": "Entrocraft linear + assist",
           "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
@@ -720,6 +724,126 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
     return save_figure(fig, os.path.join(out_dir, "payoff_study5.png"))
 
 
+# Study 9 (docs/payoff.md): three constant levels of the bonus, as fractions of the starting entropy. Its new runs
+# have their own cache, so study 1's tables keep the seeds they were registered with.
+LEVELS = {"bonus_hold_quarter": 0.25, "bonus_hold_half": 0.5, "bonus_hold": 1.0}
+LEVELS_RESULTS = os.path.join(os.path.dirname(RESULTS), "payoff_tiny_levels.jsonl")
+LEVEL_KS = ("1", "16", "64")
+
+
+def level_records(seeds: list[int], study1: str = RESULTS, study9: str = LEVELS_RESULTS) -> list[dict]:
+    """Study 9's runs on ``seeds``: the three levels and plain GRPO (a reference), from study 1's cache and its own."""
+    by = {}
+    for r in _load(study1) + _load(study9):
+        if r["method"] in (*LEVELS, "grpo") and r["seed"] in seeds:
+            by.setdefault((r["method"], r["seed"]), r)
+    return list(by.values())
+
+
+def level_verdicts(records: list[dict]) -> dict:
+    """Study 9's rule: the best level at each k, claim A (the middle level beats both others by > 2 paired SE at
+    some k), claim B (the best level for pass@64 is higher than for pass@1, by > 2 paired SE on pass@64), and the
+    futility check (the middle level's mean is below another's at every k)."""
+    def mean(m, k):
+        xs = [_final(k)(r) for r in records if r["method"] == m]
+        return statistics.fmean(xs) if xs else math.nan
+
+    present = [m for m in LEVELS if any(r["method"] == m for r in records)]
+    best = {k: max(present, key=lambda m: mean(m, k)) for k in LEVEL_KS} if present else {}
+    out = {"best": best, "means": {m: {k: mean(m, k) for k in LEVEL_KS} for m in (*present, "grpo")}}
+    if len(present) < 3:
+        return out
+    mid = "bonus_hold_half"
+    interior = {}
+    for k in LEVEL_KS:
+        hi, lo = paired(records, mid, "bonus_hold", _final(k)), paired(records, mid, "bonus_hold_quarter", _final(k))
+        interior[k] = (hi, lo, all(n > 1 and d > 2 * se for d, se, n in (hi, lo)))
+    out["interior"] = interior
+    out["claim_a"] = "holds" if any(v[2] for v in interior.values()) else "not shown between 0.25x and 1x"
+    b1, b64 = best["1"], best["64"]
+    if LEVELS[b64] > LEVELS[b1]:
+        d, se, n = paired(records, b64, b1, _final("64"))
+        out["claim_b_diff"] = (d, se, n)
+        out["claim_b"] = "holds" if n > 1 and d > 2 * se else "not shown"
+    else:
+        out["claim_b"] = "does not hold" if LEVELS[b64] < LEVELS[b1] else "not shown"
+    out["futile"] = all(mean(mid, k) < max(mean("bonus_hold", k), mean("bonus_hold_quarter", k)) for k in LEVEL_KS)
+    return out
+
+
+def levels_report(records: list[dict]) -> str:
+    """Study 9 in markdown: mean final pass@k per level (plain GRPO for reference), the middle level against each
+    neighbour (paired), and the two claims' verdicts."""
+    v = level_verdicts(records)
+    seeds = sorted({r["seed"] for r in records if r["method"] in LEVELS})
+    lines = [f"Seeds {', '.join(map(str, seeds))}. Mean final pass@k:", "",
+             "| level | runs | " + " | ".join(f"pass@{k}" for k in LEVEL_KS) + " |",
+             "|---|---|" + "---|" * len(LEVEL_KS)]
+    for m in v["means"]:
+        n = sum(r["method"] == m for r in records)
+        name = f"{LEVELS[m]:g}× (`{m}`)" if m in LEVELS else "plain GRPO (reference)"
+        lines.append(f"| {name} | {n} | " + " | ".join(f"{v['means'][m][k]:.3f}" for k in LEVEL_KS) + " |")
+    lines += ["", "Best level: " + ", ".join(f"pass@{k} {LEVELS[m]:g}×" for k, m in v["best"].items())]
+    if "interior" in v:
+        lines += ["", "| k | 0.5× minus 1× | 0.5× minus 0.25× | 0.5× best by > 2 SE |", "|---|---|---|---|"]
+        for k, (hi, lo, ok) in v["interior"].items():
+            lines.append(f"| {k} | {_fmt(*hi)} | {_fmt(*lo)} | {'yes' if ok else 'no'} |")
+        lines += ["", f"- Claim A, an optimal constant level exists: **{v['claim_a']}**",
+                  f"- Claim B, the optimal level grows with k: **{v['claim_b']}**"
+                  + (f" (pass@64, its best level minus pass@1's: {_fmt(*v['claim_b_diff'])})"
+                     if "claim_b_diff" in v else ""),
+                  f"- Futility check (seeds 0-2): {'stop' if v['futile'] else 'go on'}"]
+    return "\n".join(lines)
+
+
+def levels_figure(records: list[dict], out_dir: str) -> str | None:
+    """Study 9's picture: final pass@k against the held level (plain GRPO dashed), and each level's training entropy
+    against its target."""
+    from trl_entropy._plotting import new_figure, save_figure
+
+    present = [m for m in LEVELS if any(r["method"] == m for r in records)]
+    if not present:
+        return None
+    fig, axes = new_figure(1, 2, figsize=(11, 4))
+    ax = axes[0, 0]
+    grpo = [r for r in records if r["method"] == "grpo"]
+    for i, k in enumerate(("1", "4", "16", "64")):
+        xs, ys, es = [], [], []
+        for m in present:
+            vals = [_final(k)(r) for r in records if r["method"] == m]
+            xs.append(LEVELS[m])
+            ys.append(statistics.fmean(vals))
+            es.append(statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0)
+        ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=3, color=f"C{i}", label=f"pass@{k}")
+        if grpo:
+            ax.axhline(statistics.fmean(_final(k)(r) for r in grpo), color=f"C{i}", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([LEVELS[m] for m in present], [f"{LEVELS[m]:g}×" for m in present])
+    ax.set(xlabel="held entropy, × the starting entropy", ylabel="final held-out pass@k (mean ± SE)",
+           title="Constant levels (dashed: plain GRPO)")
+    ax.legend(fontsize=7)
+    ax = axes[0, 1]
+    for i, m in enumerate(present + (["grpo"] if grpo else [])):
+        runs = [r for r in records if r["method"] == m]
+        ys = _mean_curve(runs, lambda r: r["entropy"])
+        ax.plot(range(1, len(ys) + 1), ys, lw=1, color=f"C{i + 4}", label=LABELS[m])
+        if m in LEVELS:
+            ax.plot(range(1, len(ys) + 1), _mean_curve(runs, lambda r: r["target"]), lw=0.8, ls=":",
+                    color=f"C{i + 4}")
+    ax.set(xlabel="optimizer step", ylabel="training entropy (nats)", title="Entropy (dotted: targets)")
+    ax.legend(fontsize=7)
+    return save_figure(fig, os.path.join(out_dir, "payoff_levels.png"))
+
+
+def cmd_levels(args):
+    records = level_records(_seeds(args.seeds))
+    print(levels_report(records))
+    if args.out_dir:
+        path = levels_figure(records, args.out_dir)
+        if path:
+            print("wrote", path)
+
+
 def cmd_report(args):
     print(report(_load(args.results)))
 
@@ -744,6 +868,7 @@ def main(argv=None):
     r.add_argument("--steps", type=int, default=STEPS)
     r.add_argument("--eval_every", type=int, default=EVAL_EVERY)
     r.add_argument("--results", default=RESULTS)
+    r.add_argument("--by_seed", action="store_true", help="every method of a seed, then the next seed")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("summary")
     s.add_argument("--results", default=RESULTS)
@@ -751,6 +876,10 @@ def main(argv=None):
     rp = sub.add_parser("report")
     rp.add_argument("--results", default=RESULTS)
     rp.set_defaults(func=cmd_report)
+    lv = sub.add_parser("levels", help="study 9: three constant levels (docs/payoff.md)")
+    lv.add_argument("--seeds", default="0-4")
+    lv.add_argument("--out_dir", default="", help="also write payoff_levels.png here")
+    lv.set_defaults(func=cmd_levels)
     f = sub.add_parser("figures")
     f.add_argument("--results", default=RESULTS)
     f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -489,3 +489,32 @@ def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_
                        "--phases", "0,5,10"])
     out = capsys.readouterr().out
     assert "The integral at the lower bound (-0.1)" in out and "| 0 | 40.0% | +50.0 | +2.0 |" in out
+
+
+def _level_run(method, seed, p1, p16, p64):
+    return {"method": method, "seed": seed,
+            "final": {"all": {"pass_at_k": {"1": p1, "16": p16, "64": p64}}}}
+
+
+def test_constant_levels_find_an_interior_optimum_only_when_the_middle_beats_both_sides():
+    from benchmarks.payoff import level_verdicts
+
+    noise = (0.0, 0.01, -0.01, 0.005, -0.005)
+    # pass@1 peaks at the quarter level, pass@16 and pass@64 at the half level: A holds (at 16, 64)
+    peaked = [_level_run(m, s, p1 + e, p16 + e, p64 + e) for s, e in enumerate(noise)
+              for m, p1, p16, p64 in (("bonus_hold_quarter", 0.70, 0.85, 0.90), ("bonus_hold_half", 0.60, 0.93, 0.97),
+                                      ("bonus_hold", 0.45, 0.88, 0.93))]
+    v = level_verdicts(peaked)
+    assert v["best"] == {"1": "bonus_hold_quarter", "16": "bonus_hold_half", "64": "bonus_hold_half"}
+    assert v["claim_a"] == "holds" and not v["interior"]["1"][2] and v["interior"]["16"][2]
+    assert v["claim_b"] == "holds" and not v["futile"]  # the half level beats the quarter on pass@64 by far
+    # the lowest level best at every k: no optimum inside the range, the optimum does not grow with k, futile
+    falling = [_level_run(m, s, p + e, p + 0.2 + e, p + 0.25 + e) for s, e in enumerate(noise)
+               for m, p in (("bonus_hold_quarter", 0.7), ("bonus_hold_half", 0.6), ("bonus_hold", 0.45))]
+    v = level_verdicts(falling)
+    assert v["claim_a"] == "not shown between 0.25x and 1x" and v["claim_b"] == "not shown" and v["futile"]
+    # pass@64's best level below pass@1's: B does not hold
+    inverted = [_level_run(m, s, p1 + e, 0.9 + e, p64 + e) for s, e in enumerate(noise)
+                for m, p1, p64 in (("bonus_hold_quarter", 0.5, 0.99), ("bonus_hold_half", 0.6, 0.95),
+                                   ("bonus_hold", 0.7, 0.92))]
+    assert level_verdicts(inverted)["claim_b"] == "does not hold"
