@@ -342,7 +342,8 @@ def cmd_summary(args):
 
 PRIMARY = ["grpo", "dapo", "trl_hold", RECOMMENDED]
 LABELS = {"base": "starting model", "grpo": "plain GRPO", "dapo": "DAPO clip-higher (0.28)",
-          "trl_hold": "TRL's rule, hold", "bonus_hold": "bonus, hold", "bonus_hold_half": "bonus, hold at half", "bonus_hold_quarter": "bonus, hold at a quarter",
+          "trl_hold": "TRL's rule, hold", "bonus_hold": "bonus, hold", "bonus_hold_half": "bonus, hold at half",
+          "bonus_hold_quarter": "bonus, hold at a quarter",
           "bonus_wsd03": "bonus, WSD 0.3 (recommended)", "bonus_wsd01": "bonus, WSD 0.1",
           "bonus_cosine": "bonus, cosine", "entrocraft_linear_assist": "Entrocraft linear + assist",
           "entrocraft_hold_assist": "Entrocraft fixed + assist", "entrocraft_cosine_assist": "Entrocraft cosine + assist",
@@ -732,42 +733,66 @@ LEVEL_KS = ("1", "16", "64")
 
 
 def level_records(seeds: list[int], study1: str = RESULTS, study9: str = LEVELS_RESULTS) -> list[dict]:
-    """Study 9's runs on ``seeds``: the three levels and plain GRPO (a reference), from study 1's cache and its own."""
+    """Study 9's runs on ``seeds``: the three levels and plain GRPO (a reference), from study 1's cache and then its
+    own. Only full runs of the testbed count (a shorter smoke run in a cache is left out); a (method, seed) found
+    twice keeps its first run, with a warning."""
     by = {}
     for r in _load(study1) + _load(study9):
-        if r["method"] in (*LEVELS, "grpo") and r["seed"] in seeds:
-            by.setdefault((r["method"], r["seed"]), r)
+        if r["method"] not in (*LEVELS, "grpo") or r["seed"] not in seeds:
+            continue
+        if r.get("steps") != STEPS or r.get("testbed") != TESTBED:
+            continue
+        if (r["method"], r["seed"]) in by:
+            print(f"warning: {r['method']} seed {r['seed']} is cached twice; the first run is kept", file=sys.stderr)
+            continue
+        by[(r["method"], r["seed"])] = r
     return list(by.values())
 
 
+def _level_seeds(records: list[dict]) -> tuple[list[int], bool]:
+    """The seeds every level has, and whether the levels have the same seeds (a study still running does not)."""
+    sets = [{r["seed"] for r in records if r["method"] == m} for m in LEVELS]
+    common = set.intersection(*sets)
+    return sorted(common), all(x == common for x in sets)
+
+
 def level_verdicts(records: list[dict]) -> dict:
-    """Study 9's rule: the best level at each k, claim A (the middle level beats both others by > 2 paired SE at
-    some k), claim B (the best level for pass@64 is higher than for pass@1, by > 2 paired SE on pass@64), and the
-    futility check (the middle level's mean is below another's at every k)."""
-    def mean(m, k):
-        xs = [_final(k)(r) for r in records if r["method"] == m]
+    """Study 9's rule (docs/payoff.md), on the seeds all three levels have: the best level at each k, claim A (the
+    middle level beats both others by > 2 paired SE at some k), claim B (the best level for pass@64 differs from
+    the best for pass@1, each beating the other at its own k by > 2 paired SE; higher: holds, lower: does not hold),
+    and the futility check (seeds 0-2: the middle level's mean is below another's at every k)."""
+    seeds, complete = _level_seeds(records)
+    records = [r for r in records if r["seed"] in seeds]
+
+    def mean(m, k, among=None):
+        xs = [_final(k)(r) for r in records if r["method"] == m and (among is None or r["seed"] in among)]
         return statistics.fmean(xs) if xs else math.nan
 
-    present = [m for m in LEVELS if any(r["method"] == m for r in records)]
-    best = {k: max(present, key=lambda m: mean(m, k)) for k in LEVEL_KS} if present else {}
-    out = {"best": best, "means": {m: {k: mean(m, k) for k in LEVEL_KS} for m in (*present, "grpo")}}
-    if len(present) < 3:
+    out = {"seeds": seeds, "complete": complete}
+    if not seeds:
         return out
     mid = "bonus_hold_half"
+    out["best"] = {k: max(LEVELS, key=lambda m: (mean(m, k), -LEVELS[m])) for k in LEVEL_KS}  # a tie: the lower
+    out["means"] = {m: {k: mean(m, k) for k in LEVEL_KS} for m in (*LEVELS, "grpo")}
+    out["tracking_error"] = {m: statistics.fmean(r["tracking_error"] for r in records if r["method"] == m)
+                             for m in LEVELS}
     interior = {}
     for k in LEVEL_KS:
         hi, lo = paired(records, mid, "bonus_hold", _final(k)), paired(records, mid, "bonus_hold_quarter", _final(k))
         interior[k] = (hi, lo, all(n > 1 and d > 2 * se for d, se, n in (hi, lo)))
     out["interior"] = interior
     out["claim_a"] = "holds" if any(v[2] for v in interior.values()) else "not shown between 0.25x and 1x"
-    b1, b64 = best["1"], best["64"]
-    if LEVELS[b64] > LEVELS[b1]:
-        d, se, n = paired(records, b64, b1, _final("64"))
-        out["claim_b_diff"] = (d, se, n)
-        out["claim_b"] = "holds" if n > 1 and d > 2 * se else "not shown"
-    else:
-        out["claim_b"] = "does not hold" if LEVELS[b64] < LEVELS[b1] else "not shown"
-    out["futile"] = all(mean(mid, k) < max(mean("bonus_hold", k), mean("bonus_hold_quarter", k)) for k in LEVEL_KS)
+    b1, b64 = out["best"]["1"], out["best"]["64"]
+    out["claim_b"] = "not shown"
+    if b1 != b64:
+        at64, at1 = paired(records, b64, b1, _final("64")), paired(records, b1, b64, _final("1"))
+        out["claim_b_diff"] = (at64, at1)
+        if all(n > 1 and d > 2 * se for d, se, n in (at64, at1)):
+            out["claim_b"] = "holds" if LEVELS[b64] > LEVELS[b1] else "does not hold"
+    first = [s for s in seeds if s in (0, 1, 2)]
+    out["futile"] = len(first) == 3 and all(
+        mean(mid, k, first) < max(mean("bonus_hold", k, first), mean("bonus_hold_quarter", k, first))
+        for k in LEVEL_KS)
     return out
 
 
@@ -775,24 +800,33 @@ def levels_report(records: list[dict]) -> str:
     """Study 9 in markdown: mean final pass@k per level (plain GRPO for reference), the middle level against each
     neighbour (paired), and the two claims' verdicts."""
     v = level_verdicts(records)
-    seeds = sorted({r["seed"] for r in records if r["method"] in LEVELS})
-    lines = [f"Seeds {', '.join(map(str, seeds))}. Mean final pass@k:", "",
-             "| level | runs | " + " | ".join(f"pass@{k}" for k in LEVEL_KS) + " |",
-             "|---|---|" + "---|" * len(LEVEL_KS)]
-    for m in v["means"]:
-        n = sum(r["method"] == m for r in records)
+    if not v["seeds"]:
+        return "No seed has all three levels yet."
+    seeds = v["seeds"]
+    lines = [f"Seeds {', '.join(map(str, seeds))}"
+             + ("" if v["complete"] else " (the seeds all three levels have; INCOMPLETE: more are cached for some)")
+             + ". Mean final pass@k:", "",
+             "| level | runs | " + " | ".join(f"pass@{k}" for k in LEVEL_KS) + " | tracking error |",
+             "|---|---|" + "---|" * len(LEVEL_KS) + "---|"]
+    for m, means in v["means"].items():
+        n = sum(r["method"] == m and r["seed"] in seeds for r in records)
+        if not n:
+            continue
         name = f"{LEVELS[m]:g}× (`{m}`)" if m in LEVELS else "plain GRPO (reference)"
-        lines.append(f"| {name} | {n} | " + " | ".join(f"{v['means'][m][k]:.3f}" for k in LEVEL_KS) + " |")
-    lines += ["", "Best level: " + ", ".join(f"pass@{k} {LEVELS[m]:g}×" for k, m in v["best"].items())]
-    if "interior" in v:
-        lines += ["", "| k | 0.5× minus 1× | 0.5× minus 0.25× | 0.5× best by > 2 SE |", "|---|---|---|---|"]
-        for k, (hi, lo, ok) in v["interior"].items():
-            lines.append(f"| {k} | {_fmt(*hi)} | {_fmt(*lo)} | {'yes' if ok else 'no'} |")
-        lines += ["", f"- Claim A, an optimal constant level exists: **{v['claim_a']}**",
-                  f"- Claim B, the optimal level grows with k: **{v['claim_b']}**"
-                  + (f" (pass@64, its best level minus pass@1's: {_fmt(*v['claim_b_diff'])})"
-                     if "claim_b_diff" in v else ""),
-                  f"- Futility check (seeds 0-2): {'stop' if v['futile'] else 'go on'}"]
+        te = f"{100 * v['tracking_error'][m]:.1f}%" if m in LEVELS else "–"
+        lines.append(f"| {name} | {n} | " + " | ".join(f"{means[k]:.3f}" for k in LEVEL_KS) + f" | {te} |")
+    lines += ["", "Best level: " + ", ".join(f"pass@{k} {LEVELS[m]:g}×" for k, m in v["best"].items()), "",
+              "| k | 0.5× minus 1× | 0.5× minus 0.25× | 0.5× best by > 2 SE |", "|---|---|---|---|"]
+    for k, (hi, lo, ok) in v["interior"].items():
+        lines.append(f"| {k} | {_fmt(*hi)} | {_fmt(*lo)} | {'yes' if ok else 'no'} |")
+    lines += ["", f"- Claim A, an optimal constant level exists: **{v['claim_a']}**",
+              f"- Claim B, the optimal level grows with k: **{v['claim_b']}**"]
+    if "claim_b_diff" in v:
+        at64, at1 = v["claim_b_diff"]
+        lines[-1] += (f" (pass@64's best minus pass@1's, on pass@64: {_fmt(*at64)}; pass@1's best minus pass@64's, on"
+                      f" pass@1: {_fmt(*at1)})")
+    if set(seeds) >= {0, 1, 2}:
+        lines.append(f"- Futility check, seeds 0-2: {'stop' if v['futile'] else 'go on'}")
     return "\n".join(lines)
 
 
@@ -804,6 +838,8 @@ def levels_figure(records: list[dict], out_dir: str) -> str | None:
     present = [m for m in LEVELS if any(r["method"] == m for r in records)]
     if not present:
         return None
+    seeds = _level_seeds(records)[0] if len(present) == len(LEVELS) else sorted({r["seed"] for r in records})
+    records = [r for r in records if r["seed"] in seeds]
     fig, axes = new_figure(1, 2, figsize=(11, 4))
     ax = axes[0, 0]
     grpo = [r for r in records if r["method"] == "grpo"]
@@ -828,7 +864,8 @@ def levels_figure(records: list[dict], out_dir: str) -> str | None:
         ys = _mean_curve(runs, lambda r: r["entropy"])
         ax.plot(range(1, len(ys) + 1), ys, lw=1, color=f"C{i + 4}", label=LABELS[m])
         if m in LEVELS:
-            ax.plot(range(1, len(ys) + 1), _mean_curve(runs, lambda r: r["target"]), lw=0.8, ls=":",
+            target = _mean_curve(runs, lambda r: [math.nan if t is None else t for t in r["target"]])
+            ax.plot(range(1, len(target) + 1), target, lw=0.8, ls=":",
                     color=f"C{i + 4}")
     ax.set(xlabel="optimizer step", ylabel="training entropy (nats)", title="Entropy (dotted: targets)")
     ax.legend(fontsize=7)

@@ -491,30 +491,54 @@ def test_error_budget_finds_the_steps_where_the_law_sits_at_its_lower_bound(tmp_
     assert "The integral at the lower bound (-0.1)" in out and "| 0 | 40.0% | +50.0 | +2.0 |" in out
 
 
-def _level_run(method, seed, p1, p16, p64):
-    return {"method": method, "seed": seed,
+def _level_run(method, seed, p1, p16, p64, steps=1000):
+    return {"method": method, "seed": seed, "steps": steps, "testbed": "tiny_headroom", "tracking_error": 0.05,
             "final": {"all": {"pass_at_k": {"1": p1, "16": p16, "64": p64}}}}
 
 
-def test_constant_levels_find_an_interior_optimum_only_when_the_middle_beats_both_sides():
-    from benchmarks.payoff import level_verdicts
+def _noise(method, seed):  # a different small error per run, so the paired SEs are not zero
+    return 0.01 * math.sin(7 * seed + 3 * len(method))
 
-    noise = (0.0, 0.01, -0.01, 0.005, -0.005)
-    # pass@1 peaks at the quarter level, pass@16 and pass@64 at the half level: A holds (at 16, 64)
-    peaked = [_level_run(m, s, p1 + e, p16 + e, p64 + e) for s, e in enumerate(noise)
-              for m, p1, p16, p64 in (("bonus_hold_quarter", 0.70, 0.85, 0.90), ("bonus_hold_half", 0.60, 0.93, 0.97),
-                                      ("bonus_hold", 0.45, 0.88, 0.93))]
-    v = level_verdicts(peaked)
+
+def test_constant_levels_find_an_interior_optimum_only_when_the_middle_beats_both_sides():
+    from benchmarks.payoff import level_verdicts, levels_report
+
+    def runs(table):
+        return [_level_run(m, s, *(p + _noise(m, s) for p in ps)) for s in range(5) for m, *ps in table]
+
+    # pass@1 peaks at the quarter level, pass@16 and pass@64 at the half level: A holds (at 16, 64), B holds
+    v = level_verdicts(runs([("bonus_hold_quarter", 0.70, 0.85, 0.90), ("bonus_hold_half", 0.60, 0.93, 0.97),
+                             ("bonus_hold", 0.45, 0.88, 0.93)]))
     assert v["best"] == {"1": "bonus_hold_quarter", "16": "bonus_hold_half", "64": "bonus_hold_half"}
     assert v["claim_a"] == "holds" and not v["interior"]["1"][2] and v["interior"]["16"][2]
-    assert v["claim_b"] == "holds" and not v["futile"]  # the half level beats the quarter on pass@64 by far
-    # the lowest level best at every k: no optimum inside the range, the optimum does not grow with k, futile
-    falling = [_level_run(m, s, p + e, p + 0.2 + e, p + 0.25 + e) for s, e in enumerate(noise)
-               for m, p in (("bonus_hold_quarter", 0.7), ("bonus_hold_half", 0.6), ("bonus_hold", 0.45))]
-    v = level_verdicts(falling)
+    assert v["claim_b"] == "holds" and not v["futile"] and v["complete"]
+    # the same, but the middle level's edge at 16 and 64 is within the noise: neither claim is shown
+    v = level_verdicts(runs([("bonus_hold_quarter", 0.70, 0.929, 0.969), ("bonus_hold_half", 0.60, 0.93, 0.97),
+                             ("bonus_hold", 0.45, 0.88, 0.93)]))
+    assert v["claim_a"] == "not shown between 0.25x and 1x" and v["claim_b"] == "not shown"
+    # the lowest level best at every k: no optimum inside the range, B not shown, and futile on seeds 0-2
+    v = level_verdicts(runs([("bonus_hold_quarter", 0.7, 0.9, 0.95), ("bonus_hold_half", 0.6, 0.8, 0.85),
+                             ("bonus_hold", 0.45, 0.65, 0.7)]))
     assert v["claim_a"] == "not shown between 0.25x and 1x" and v["claim_b"] == "not shown" and v["futile"]
-    # pass@64's best level below pass@1's: B does not hold
-    inverted = [_level_run(m, s, p1 + e, 0.9 + e, p64 + e) for s, e in enumerate(noise)
-                for m, p1, p64 in (("bonus_hold_quarter", 0.5, 0.99), ("bonus_hold_half", 0.6, 0.95),
-                                   ("bonus_hold", 0.7, 0.92))]
-    assert level_verdicts(inverted)["claim_b"] == "does not hold"
+    # pass@64's best level is below pass@1's: B does not hold
+    v = level_verdicts(runs([("bonus_hold_quarter", 0.5, 0.9, 0.99), ("bonus_hold_half", 0.6, 0.9, 0.95),
+                             ("bonus_hold", 0.7, 0.9, 0.92)]))
+    assert v["claim_b"] == "does not hold"
+    # a level missing seed 4: judged on seeds 0-3 and said to be incomplete
+    partial = [r for r in runs([("bonus_hold_quarter", 0.7, 0.9, 0.95), ("bonus_hold_half", 0.6, 0.8, 0.85),
+                                ("bonus_hold", 0.45, 0.65, 0.7)]) if (r["method"], r["seed"]) != ("bonus_hold", 4)]
+    v = level_verdicts(partial)
+    assert v["seeds"] == [0, 1, 2, 3] and not v["complete"] and "INCOMPLETE" in levels_report(partial)
+
+
+def test_constant_levels_read_both_caches_keep_the_first_run_and_skip_short_runs(tmp_path):
+    from benchmarks.payoff import level_records
+
+    study1, study9 = tmp_path / "study1.jsonl", tmp_path / "study9.jsonl"
+    study1.write_text(json.dumps(_level_run("bonus_hold", 0, 0.4, 0.8, 0.9)) + "\n"
+                      + json.dumps(_level_run("dapo", 0, 0.4, 0.8, 0.9)) + "\n")
+    study9.write_text(json.dumps(_level_run("bonus_hold", 0, 0.1, 0.1, 0.1)) + "\n"
+                      + json.dumps(_level_run("bonus_hold_quarter", 0, 0.5, 0.8, 0.9, steps=20)) + "\n"
+                      + json.dumps(_level_run("bonus_hold_quarter", 1, 0.5, 0.8, 0.9)) + "\n")
+    got = level_records([0], str(study1), str(study9))
+    assert [(r["method"], r["seed"], r["final"]["all"]["pass_at_k"]["1"]) for r in got] == [("bonus_hold", 0, 0.4)]
