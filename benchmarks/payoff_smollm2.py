@@ -207,6 +207,44 @@ def figures(records: list[dict], out_dir: str, study: str = STUDY) -> list[str]:
     return [save_figure(fig, os.path.join(out_dir, f"payoff_smollm2_study{study}.png"))]
 
 
+def paired_figure(records: list[dict], method: str, out_path: str, against: str = "grpo") -> str | None:
+    """One study's picture of ``method`` against ``against``, paired by seed: each seed's pass@1 and pass@16
+    differences (the goal's corner shaded), and both methods' mean final pass@k."""
+    from trl_entropy._plotting import k_axis, new_figure, save_figure
+
+    by = {(r["method"], r["seed"]): r for r in records}
+    seeds = sorted(s for (m, s) in by if m == method and (against, s) in by)
+    if len(seeds) < 2:
+        return None
+    d1 = [_pk("1")(by[(method, s)]) - _pk("1")(by[(against, s)]) for s in seeds]
+    d16 = [_pk("16")(by[(method, s)]) - _pk("16")(by[(against, s)]) for s in seeds]
+    m1, m16 = statistics.fmean(d1), statistics.fmean(d16)
+    se1, se16 = (statistics.stdev(d) / math.sqrt(len(d)) for d in (d1, d16))
+    fig, axes = new_figure(1, 2, figsize=(11, 4.2))
+    fig.suptitle(f"{LABELS[method]} minus {LABELS[against]}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} pairs)")
+    ax = axes[0, 0]
+    ax.axhline(0, color="k", lw=0.6)
+    ax.axvline(0, color="k", lw=0.6)
+    lo, hi = min(d1 + [-se1]) - 0.03, max(d1 + [0.0]) + 0.03
+    ax.axhspan(2 * se16, max(d16 + [2 * se16]) + 0.03, xmin=(-se1 - lo) / (hi - lo), xmax=1, color="C2", alpha=0.12,
+               label="where the mean must lie: pass@16 > 2 SE, pass@1 > -1 SE")
+    ax.scatter(d1, d16, s=18, color="C0", label="one seed")
+    ax.errorbar([m1], [m16], xerr=[se1], yerr=[se16], color="C3", marker="s", ms=6, capsize=4, label="mean ± SE")
+    ax.set_xlim(lo, hi)
+    ax.set(xlabel="pass@1 difference", ylabel="pass@16 difference", title="Each seed, paired")
+    ax.legend(fontsize=7)
+    ax = axes[0, 1]
+    for i, m in enumerate((against, method)):
+        runs = [by[(m, s)] for s in seeds]
+        ks = sorted(int(k) for k in runs[0]["final"]["all"]["pass_at_k"])
+        ys = [statistics.fmean(r["final"]["all"]["pass_at_k"][str(k)] for r in runs) for k in ks]
+        ax.plot(ks, ys, marker="o", ms=3, color=f"C{i}", label=LABELS[m])
+    k_axis(ax, ks)
+    ax.set(xlabel="k", ylabel="final held-out pass@k (seed mean)", title="Final pass@k")
+    ax.legend(fontsize=7)
+    return save_figure(fig, out_path)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--study", choices=sorted(STUDIES), default=STUDY, help="3: lr 5e-5 (stopped), 4: lr 1e-5")
@@ -227,6 +265,12 @@ def main(argv=None):
     f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      "docs", "img"))
     f.set_defaults(func=lambda a: [print("wrote", x) for x in figures(_load(a.results), a.out_dir, a.study)])
+    pf = sub.add_parser("paired_figure", help="one method against plain GRPO, paired by seed, on a study's seeds")
+    pf.add_argument("--method", required=True)
+    pf.add_argument("--seeds", required=True)
+    pf.add_argument("--out", required=True, help="the PNG to write")
+    pf.set_defaults(func=lambda a: print("wrote", paired_figure([r for r in _load(a.results) if r["seed"] in
+                                                                _seeds(a.seeds)], a.method, a.out)))
     args = p.parse_args(argv)
     args.learning_rate, args.results = STUDIES[args.study]
     args.func(args)

@@ -542,3 +542,18 @@ def test_constant_levels_read_both_caches_keep_the_first_run_and_skip_short_runs
                       + json.dumps(_level_run("bonus_hold_quarter", 1, 0.5, 0.8, 0.9)) + "\n")
     got = level_records([0], str(study1), str(study9))
     assert [(r["method"], r["seed"], r["final"]["all"]["pass_at_k"]["1"]) for r in got] == [("bonus_hold", 0, 0.4)]
+
+
+def test_the_paired_figure_is_drawn_from_the_seeds_both_methods_have_and_not_from_one_pair(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks.payoff_smollm2 import paired_figure
+
+    def run(method, seed, p1, p16):
+        return {"method": method, "seed": seed,
+                "final": {"all": {"pass_at_k": {"1": p1, "2": (p1 + p16) / 2, "16": p16}}}}
+
+    records = [run("grpo", s, 0.7, 0.9) for s in range(4)]
+    records += [run("bonus_wsd03_unsolved_pos", s, 0.6 + 0.01 * s, 0.95) for s in range(3)]
+    path = paired_figure(records, "bonus_wsd03_unsolved_pos", str(tmp_path / "pairs.png"))
+    assert path and os.path.getsize(path) > 0
+    assert paired_figure(records[:5], "bonus_wsd03_unsolved_pos", str(tmp_path / "one.png")) is None  # one pair
