@@ -22,6 +22,7 @@ import math
 import os
 import random
 import statistics
+import sys
 import time
 
 from benchmarks.payoff import (
@@ -245,6 +246,15 @@ def paired_figure(records: list[dict], method: str, out_path: str, against: str 
     return save_figure(fig, out_path)
 
 
+def _cmd_paired_figure(a):
+    if a.method not in METHODS or a.method == "grpo":
+        sys.exit(f"unknown method {a.method!r}; choose from {', '.join(m for m in METHODS if m != 'grpo')}")
+    path = paired_figure([r for r in _load(a.results) if r["seed"] in _seeds(a.seeds)], a.method, a.out)
+    if path is None:
+        sys.exit(f"fewer than 2 of seeds {a.seeds} have both {a.method} and grpo cached in {a.results}: no picture")
+    print("wrote", path)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--study", choices=sorted(STUDIES), default=STUDY, help="3: lr 5e-5 (stopped), 4: lr 1e-5")
@@ -269,8 +279,7 @@ def main(argv=None):
     pf.add_argument("--method", required=True)
     pf.add_argument("--seeds", required=True)
     pf.add_argument("--out", required=True, help="the PNG to write")
-    pf.set_defaults(func=lambda a: print("wrote", paired_figure([r for r in _load(a.results) if r["seed"] in
-                                                                _seeds(a.seeds)], a.method, a.out)))
+    pf.set_defaults(func=_cmd_paired_figure)
     args = p.parse_args(argv)
     args.learning_rate, args.results = STUDIES[args.study]
     args.func(args)
