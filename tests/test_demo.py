@@ -64,7 +64,7 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
         assert (tmp_path / "out" / "runs" / name / "entropy_knob.png").exists(), name
     # step-time ratios come with their caveat, printed and in summary.json
     flat = " ".join(out.split())  # the notes are wrapped to the table's width
-    assert "vs grpo*" in out and "one after another" in flat and "benchmarks/overhead.py" in flat
+    assert "vs grpo*" in out and "one after another" in flat and "python -m benchmarks.overhead" in flat
     assert summary["step_time_note"] == runner.STEP_TIME_NOTE and "may be busy" in summary["step_time_note"]
     assert summary["tracking_error_definition"] == TRACKING_ERROR_DEFINITION
 

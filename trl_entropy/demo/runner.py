@@ -368,7 +368,7 @@ def format_pass_at_k(results: list[dict]) -> str:
 
 STEP_TIME_NOTE = (
     "step ms, vs grpo: median optimizer-step time of a single run per method, the runs taken one after another on a "
-    "machine that may be busy; a rough indication, not a measured overhead (for that: python benchmarks/overhead.py, "
+    "machine that may be busy; a rough indication, not a measured overhead (for that: python -m benchmarks.overhead, "
     "which interleaves repeated runs)."
 )
 
