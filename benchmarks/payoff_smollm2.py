@@ -219,8 +219,7 @@ def paired_figure(records: list[dict], method: str, out_path: str, against: str 
         return None
     d1 = [_pk("1")(by[(method, s)]) - _pk("1")(by[(against, s)]) for s in seeds]
     d16 = [_pk("16")(by[(method, s)]) - _pk("16")(by[(against, s)]) for s in seeds]
-    m1, m16 = statistics.fmean(d1), statistics.fmean(d16)
-    se1, se16 = (statistics.stdev(d) / math.sqrt(len(d)) for d in (d1, d16))
+    (m1, se1, _), (m16, se16, _) = (paired(records, method, against, _pk(k)) for k in ("1", "16"))
     fig, axes = new_figure(1, 2, figsize=(11, 4.2))
     fig.suptitle(f"{LABELS[method]} minus {LABELS[against]}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} pairs)")
     ax = axes[0, 0]
