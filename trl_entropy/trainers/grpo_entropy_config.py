@@ -578,8 +578,8 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
         if control == "none" and schedule_fields_set:
             raise ValueError(
                 f"{', '.join(schedule_fields_set)} {'is' if len(schedule_fields_set) == 1 else 'are'} set but "
-                "entropy_control='none': nothing would follow the schedule. Choose an entropy_control (e.g. "
-                "'adaptive_clip'), or attach trl_entropy.EntropyScheduleCallback to drive TRL's own "
+                "entropy_control='none': nothing would follow the schedule. Choose an entropy_control (the recommended "
+                "one is 'entropy_bonus'), or attach trl_entropy.EntropyScheduleCallback to drive TRL's own "
                 "use_adaptive_entropy target."
             )
         if self.entropy_schedule is not None and not callable(self.entropy_schedule):
