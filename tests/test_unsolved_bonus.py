@@ -56,14 +56,19 @@ def test_variant_gates_the_unsolved_groups_of_a_real_run(tmp_path, monkeypatch):
     model, tokenizer = tb.load(False)
     train_ds, _ = tb.datasets(0)
     seen = []
+    kwargs = tb.grpo_config_kwargs(output_dir=str(tmp_path), max_steps=4, seed=0, steps_per_generation=2,
+                                   disable_tqdm=True, report_to=[], logging_steps=1)
+    group = kwargs["num_generations"]
 
     def reward(completions, answer, **kwargs):
+        # Unsolved and solved groups by construction, whatever the model samples: the groups at even positions of
+        # each generation batch score 0 throughout; those at odd positions score the testbed's reward with their
+        # first completion counted correct.
         out = tb.reward(completions, answer, **kwargs)
+        out = [0.0 if (i // group) % 2 == 0 else (1.0 if i % group == 0 else r) for i, r in enumerate(out)]
         seen.append(out)
         return out
 
-    kwargs = tb.grpo_config_kwargs(output_dir=str(tmp_path), max_steps=4, seed=0, steps_per_generation=2,
-                                   disable_tqdm=True, report_to=[], logging_steps=1)
     kwargs.update(entropy_control="entropy_bonus", entropy_schedule="constant", entropy_schedule_start="initial")
     args = GRPOEntropyConfig(**kwargs)
     trainer = UnsolvedBonusTrainer(model=model, reward_funcs=reward, args=args, train_dataset=train_ds,
@@ -105,13 +110,13 @@ def test_variant_gates_the_unsolved_groups_of_a_real_run(tmp_path, monkeypatch):
         warnings.simplefilter("ignore")
         trainer.train()
 
-    group = kwargs["num_generations"]
     expected = []
     for batch in seen:
         groups = [batch[i : i + group] for i in range(0, len(batch), group)]
         expected.append(sum(len(g) for g in groups if max(g) < 1.0) / len(batch))
+    # the precondition the reward constructs: two generation batches, each half unsolved (gated and ungated rows)
+    assert len(seen) == 2 and all(len(b) % (2 * group) == 0 for b in seen) and expected == [0.5, 0.5]
     assert trainer.unsolved_fraction == pytest.approx(expected)
-    assert 0 < sum(expected) < len(expected)  # the run has gated and ungated completions
     logged = [h["entropy_control/entropy_coef"] for h in trainer.state.log_history
               if "entropy_control/entropy_coef" in h]
     assert len(calls) == 4 and len(logged) == 4  # one micro-batch per optimizer step
