@@ -79,6 +79,17 @@ def test_readme_opens_with_the_demo_and_test_commands_and_ci_runs_the_test_comma
     assert "mkdocs build --strict" in ci
 
 
+def test_readme_documents_the_fast_tier_with_registered_markers():
+    """The README names the fast tier's command, and each marker it deselects is one pyproject.toml registers."""
+    line = [ln for ln in _read(README).splitlines() if ln.startswith('python -m pytest -m "not ')]
+    assert len(line) == 1, "the README's Install block lost the fast tier's command"
+    expression = line[0].split('"')[1]
+    assert expression == "not slow and not vllm and not multiprocess"
+    pyproject = _read(os.path.join(ROOT, "pyproject.toml"))
+    for marker in re.findall(r"not (\w+)", expression):
+        assert f'"{marker}: ' in pyproject, f"marker {marker!r} is not registered in pyproject.toml"
+
+
 def test_docs_pages_are_all_in_the_site_navigation():
     yaml = pytest.importorskip("yaml")
     with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
