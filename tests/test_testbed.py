@@ -1,6 +1,8 @@
 """The offline testbed: tokenizer, problems, reward, pretraining cache and determinism (small recipes, tmp caches)."""
 
 import os
+import subprocess
+import sys
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -58,6 +60,16 @@ def test_accuracy_reward_cases():
     completions = ["46", " 46\n", "46+", "46<eos>", "466", "4", "", "  ", "64", "+46"]
     assert tb.accuracy_reward(completions, ["46"] * len(completions)) == [1, 1, 1, 1, 0, 0, 0, 0, 0, 0]
     assert tb.accuracy_reward(["0"], answer=["0"], prompts=["0+0="]) == [1.0]  # extra TRL kwargs are accepted
+
+
+def test_recipe_cache_key_is_the_same_in_another_process():
+    """What a cache on disk relies on: another interpreter, with another string-hash seed, computes the same keys."""
+    code = "from trl_entropy.demo import testbed as tb; print(tb.TestbedRecipe().cache_key(), tb.TestbedRecipe(" \
+        "task='add_reversed', seed=1).cache_key())"
+    hash_seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [tb.TestbedRecipe().cache_key(), tb.TestbedRecipe(task="add_reversed", seed=1).cache_key()]
 
 
 def test_recipe_cache_key_stable_and_sensitive():
