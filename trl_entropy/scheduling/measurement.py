@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["entropy_pull_sums", "entropy_sums", "generation_batch_entropy", "global_token_mean", "policy_token_weights",
+__all__ = ["entropy_pull_sums", "entropy_sums", "measurement_standard_error", "sequence_spread_sums", "generation_batch_entropy", "global_token_mean", "policy_token_weights",
            "pull_coefficient", "signal_token_count"]
 
 
@@ -38,6 +38,29 @@ def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.
         return torch.stack([now, count, zero, zero]).float()
     gen = (generation.to(entropies.dtype) * m).sum()
     return torch.stack([now, count, gen, count]).float()
+
+
+def sequence_spread_sums(entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[sum_i s_i^2, sum_i s_i * n_i, sum_i n_i^2, sequences]`` over one micro-batch (float32), with ``s_i`` sequence
+    ``i``'s summed token entropy and ``n_i`` its token count (``sequences``: the rows with a token). Summed over
+    micro-batches and processes, they give the step reading's standard error (:func:`measurement_standard_error`)."""
+    m = mask.to(torch.float32)
+    s = (entropies.detach().float() * m).sum(-1)
+    n = m.sum(-1)
+    return torch.stack([(s * s).sum(), (s * n).sum(), (n * n).sum(), (n > 0).float().sum()])
+
+
+def measurement_standard_error(mean: float, count: float, spread) -> float | None:
+    """The standard error of a step's token-mean entropy ``mean`` (``count`` tokens) from the summed
+    :func:`sequence_spread_sums` ``spread``: the ratio estimator's, ``sqrt(B / (B - 1) * sum_i (s_i - mean * n_i)^2)
+    / count`` over the ``B`` sequences (tokens of one completion are not independent draws; completions are
+    treated as such). ``None`` with fewer than two sequences or a value that is not finite."""
+    ss, sn, nn, rows = (float(x) for x in spread)
+    if not (count > 0 and rows >= 2 and math.isfinite(mean)):
+        return None
+    squares = max(0.0, ss - 2.0 * mean * sn + mean * mean * nn)
+    value = math.sqrt(rows / (rows - 1.0) * squares) / count
+    return value if math.isfinite(value) else None
 
 
 def global_token_mean(entropies: torch.Tensor | None, mask: torch.Tensor, reduce) -> float | None:

@@ -38,7 +38,9 @@ from ..scheduling.measurement import (
     entropy_sums,
     generation_batch_entropy,
     global_token_mean,
+    measurement_standard_error,
     policy_token_weights,
+    sequence_spread_sums,
     signal_token_count,
 )
 from ..scheduling.targets import (
@@ -147,6 +149,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         # Σ mask where the last three were counted) over this step's micro-batches
         self._ec_window: torch.Tensor | None = None
         self._ec_pull = (0.0, 0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums) and token count
+        self._ec_measured_se: float | None = None  # the step reading's standard error (measurement_standard_error)
         self._ec_signal = math.nan  # the last step's global signal fraction (signal_token_count / tokens)
         self._ec_generation_entropy: float | None = None  # the buffered generation batch's mean H_gen (global)
         self._ec_capture = False
@@ -465,7 +468,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         step takes one collective."""
         stats = entropy_sums(entropies, mask, generation)
         stats = torch.cat([stats, torch.zeros(4, dtype=stats.dtype, device=stats.device) if pull is None
-                           else pull.to(device=stats.device, dtype=stats.dtype)])
+                           else pull.to(device=stats.device, dtype=stats.dtype),
+                           sequence_spread_sums(entropies, mask).to(device=stats.device, dtype=stats.dtype)])
         self._ec_window = stats if self._ec_window is None else self._ec_window + stats
 
     def _reduce_window(self) -> tuple[float, float, float | None]:
@@ -474,7 +478,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         and the signal fraction in `_ec_signal`."""
         window = self._ec_window
         if window is None:
-            window = torch.zeros(8, device=self.accelerator.device)
+            window = torch.zeros(12, device=self.accelerator.device)
         self._ec_window = None
         totals = self.accelerator.reduce(window, reduction="sum").tolist()  # one device-to-host copy
         count = float(totals[1])
@@ -482,6 +486,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         self._ec_pull = (float(totals[4]), float(totals[5]), count)
         # the signal fraction only where every micro-batch counted it (a partial count would read as a low one)
         self._ec_signal = float(totals[6]) / count if count > 0 and abs(totals[7] - count) <= 1e-6 * count else math.nan
+        self._ec_measured_se = measurement_standard_error(measured, count, totals[8:12])
         return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4])
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
@@ -516,6 +521,8 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             return
         self.last_measured_entropy = measured
         log_metric(self, METRIC_PREFIX + "measured", measured)
+        if self._ec_measured_se is not None:
+            log_metric(self, METRIC_PREFIX + "measured_se", self._ec_measured_se)
         acted_on = measured  # what the control observes: the step's reading, or the generation-batch estimate
         if batch_estimate is not None:
             acted_on = batch_estimate
