@@ -37,6 +37,7 @@ def test_card_names_method_parameters_schedule_result_picture_and_citations(tmp_
     assert f"measured entropy was **{measured[-1]:.4f}** nats against a target of **{target[-1]:.4f}**" in card
     assert "![Measured entropy vs target](entropy_curves.png)" in card and (tmp_path / "entropy_curves.png").exists()
     assert "@inproceedings{wang-etal-2026-entropy" in card and "@software{vonwerra2020trl" in card
+    assert "@software{trl_entropy," in card and f"url    = {{{REPOSITORY_URL}}}" in card  # the package cites itself
     assert "Entrocraft" not in card  # only the papers used are cited
     assert "tags:\n- trl\n- grpo\n- trl-entropy" in card
     assert "library_name: transformers" in card and "adapter" not in card
@@ -281,7 +282,9 @@ def test_settings_that_differ_from_their_defaults_are_in_the_main_table(tmp_path
     main = _main_settings(card)
     assert "entropy_bonus_kp" in main and "entropy_coef" in main and "entropy_bonus_ki" not in main
     assert "| `entropy_bonus_kp` | 0.5 |" in card.split("<details>", 1)[0]
-    assert "2 setting(s) of the method differ from their defaults" in card
+    # the note names them and their defaults (issue 62: it said "2 setting(s) ... differ (listed above)")
+    assert "Changed from their defaults: `entropy_bonus_kp` (default 0.25), `entropy_coef` (default 0)" in card
+    assert "setting(s)" not in card
 
 
 def test_the_card_s_tracking_error_is_the_benchmarks_metric_and_says_so(tmp_path):
@@ -295,3 +298,27 @@ def test_the_card_s_tracking_error_is_the_benchmarks_metric_and_says_so(tmp_path
     err = tracking_error([h["entropy_control/measured"] for h in rows], [h["entropy_control/target"] for h in rows])
     assert f"Tracking error: **{100 * err:.1f}%** ({TRACKING_ERROR_DEFINITION})." in card
     assert "after the first 10% of steps" not in card
+
+
+def test_the_card_shows_every_picture_it_writes_and_the_demo_s_final_reward(tmp_path):
+    """Issue 62: the card wrote entropy_knob.png and reward.png without showing them, and its "final training
+    reward" was the last logged reward (0.6289) where the demo's table showed the mean of the last 10% (0.559)."""
+    from trl_entropy.metrics import FINAL_REWARD_DEFINITION, final_reward
+
+    trainer = make(tiny_args(tmp_path, max_steps=4, **AC))
+    trainer.train()
+    trainer.save_model()
+    card = (tmp_path / "README.md").read_text()
+    pictures = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert {"entropy_curves.png", "entropy_knob.png", "reward.png"} <= set(pictures)
+    for name in pictures:
+        assert f"]({name})" in card, name
+    assert card.index("](entropy_knob.png)") < card.index("## Target entropy schedule")  # under the knob's line
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    assert f"Final training reward: **{final_reward(rewards):.3f}** ({FINAL_REWARD_DEFINITION})." in card
+
+
+def test_the_package_s_bibtex_points_at_its_repository():
+    from trl_entropy.citations import BIBTEX
+
+    assert f"url    = {{{REPOSITORY_URL}}}" in BIBTEX["trl_entropy"]

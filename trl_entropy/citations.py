@@ -1,4 +1,5 @@
-"""BibTeX entries of the papers the package's controls implement, keyed as the controls' ``citations`` name them.
+"""BibTeX entries of the papers the package's controls implement, keyed as the controls' ``citations`` name them,
+and of TRL and this package (``trl``, ``trl_entropy``), which every model card cites.
 
 A leaf: it imports nothing, so that a control's module, the config and the model card can all read it without
 importing one another.
@@ -50,6 +51,13 @@ BIBTEX = {
   author  = {He, Jujie and Liu, Jiacai and Liu, Chris Yuhao and others},
   journal = {arXiv preprint arXiv:2505.22312},
   year    = {2025}
+}""",
+    # this package: every model card cites it (its url is urls.REPOSITORY_URL; tests/test_model_card.py checks it)
+    "trl_entropy": """@software{trl_entropy,
+  title  = {trl-entropy: policy entropy as a schedulable training hyperparameter for GRPO in Hugging Face TRL},
+  author = {{The trl-entropy contributors}},
+  url    = {https://github.com/trl-entropy/trl-entropy},
+  year   = {2026}
 }""",
     "trl": """@software{vonwerra2020trl,
   title  = {TRL: Transformer Reinforcement Learning},

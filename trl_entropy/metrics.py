@@ -11,11 +11,14 @@ import operator
 from dataclasses import dataclass
 
 __all__ = ["pass_at_k", "fit_entropy_performance", "EntropyPerformanceFit", "moving_average", "tracking_error",
-           "TRACKING_ERROR_DEFINITION"]
+           "TRACKING_ERROR_DEFINITION", "final_reward", "FINAL_REWARD_DEFINITION"]
 
 # How :func:`tracking_error` is defined, in the words printed under every table that shows it.
 TRACKING_ERROR_DEFINITION = ("mean over the steps after the first 20% of |MA10(H) - MA10(target)| / MA10(target), "
                              "MA10 the trailing 10-step moving average")
+
+# How :func:`final_reward` is defined, in the words printed under the demo's table and on the model card.
+FINAL_REWARD_DEFINITION = "the mean training reward of the last 10% of the logged steps (at least one)"
 
 
 def _int_arg(name: str, x) -> int:
@@ -178,3 +181,17 @@ def tracking_error(measured, target, window: int = 10, skip_fraction: float = 0.
     errors = [abs(a - b) / b for a, b in zip(m, t) if a is not None and b is not None and b > 0]
     tail = errors[int(len(errors) * skip_fraction):]
     return sum(tail) / len(tail) if tail else float("nan")
+
+
+def final_reward(rewards) -> float:
+    """The run's final training reward: the mean of the last 10% of its logged rewards, at least one
+    (:data:`FINAL_REWARD_DEFINITION`); ``None`` and non-finite values are left out first. NaN when none is left.
+
+    The one definition of "final reward" in the demo's table and on the model card: one logged reward is the mean of
+    one generation batch, too few completions to read alone.
+    """
+    values = [float(v) for v in rewards if v is not None and math.isfinite(v)]
+    if not values:
+        return float("nan")
+    tail = values[-max(1, len(values) // 10):]
+    return sum(tail) / len(tail)

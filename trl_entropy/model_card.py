@@ -17,7 +17,7 @@ from importlib import resources
 from ._paths import is_hub_model_id
 from ._trl_private import model_name_or_path
 from .citations import BIBTEX
-from .metrics import TRACKING_ERROR_DEFINITION, tracking_error
+from .metrics import FINAL_REWARD_DEFINITION, TRACKING_ERROR_DEFINITION, final_reward, tracking_error
 
 __all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "method_info",
            "METHOD_INFO", "BIBTEX"]
@@ -150,8 +150,9 @@ def _settings_text(args, params, method: str, package_version: str, trl_version:
                and _differs(getattr(args, k, v), defaults[k])]
     versions = [("trl-entropy", package_version), ("trl", trl_version)]
     if changed:
-        note = (f"{len(changed)} setting(s) of the method differ from their defaults (listed above); every other one "
-                f"is at its default in trl-entropy {package_version} and TRL {trl_version}.")
+        names = ", ".join(f"`{k}` (default {_fmt(defaults[k])})" for k, _ in changed)
+        note = (f"Changed from their defaults: {names}; every other setting of the method is at its default in "
+                f"trl-entropy {package_version} and TRL {trl_version}.")
     else:
         note = (f"Every other setting of the method is at its default in trl-entropy {package_version} and TRL "
                 f"{trl_version}.")
@@ -452,8 +453,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         result += f" against a target of **{targets[-1]:.4f}**." if targets else "."
         result += _tracking_error_text(history)
         rewards = _history_values(history, "reward")
-        if rewards:
-            result += f" Final training reward: {rewards[-1]:.4f}."
+        if rewards:  # the demo's table prints the same number: one definition (metrics.final_reward)
+            result += f" Final training reward: **{final_reward(rewards):.3f}** ({FINAL_REWARD_DEFINITION})."
         result += _saturation_text(history) + _assist_text(history)
     else:
         result = "No training steps were logged."
@@ -475,8 +476,14 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
                 pass_table += f"\n\n![{alt}]({name})"
     else:
         pass_table = "pass@k was not evaluated."
-    has_picture = picture and os.path.exists(os.path.join(folder, picture))
-    entropy_picture = f"![Measured entropy vs target]({picture})" if has_picture else ""
+    # every picture written next to the card is shown on it (evaluation.training_figures names them); the knob's
+    # under the knob's line, pass@k's with their table
+    shown = ([(picture, "Measured entropy vs target")] if picture else []) + [("reward.png", "Training reward")]
+    entropy_picture = "\n\n".join(f"![{alt}]({name})" for name, alt in shown
+                                    if os.path.exists(os.path.join(folder, name)))
+    knob_description = _knob_text(trainer, history)
+    if os.path.exists(os.path.join(folder, "entropy_knob.png")):
+        knob_description += "\n\n![Knob moved by the entropy control](entropy_knob.png)"
     hub_base, local_base = resolve_base_model(trainer, base_model)
     if hub_base:
         base = f"**{hub_base}** (from a local copy)" if local_base else f"**{hub_base}**"
@@ -503,7 +510,8 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
                 ("epsilon", args.epsilon), ("epsilon_high", _epsilon_high_text(args)),
                 ("max_completion_length", args.max_completion_length), ("temperature", args.temperature)]
     parameter_table, parameter_details = _settings_text(args, params, method, __version__, trl.__version__)
-    citations = "\n\n".join(f"```bibtex\n{bibtex[c]}\n```" for c in dict.fromkeys((*cites, "trl")) if c in bibtex)
+    citations = "\n\n".join(f"```bibtex\n{bibtex[c]}\n```" for c in dict.fromkeys((*cites, "trl_entropy", "trl"))
+                              if c in bibtex)
     urls = project_urls()
     template = resources.files("trl_entropy").joinpath("model_cards/template.md").read_text(encoding="utf-8")
     return template.format(
@@ -520,7 +528,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         method_description=description,
         parameter_table=parameter_table,
         parameter_details=parameter_details,
-        knob_description=_knob_text(trainer, history),
+        knob_description=knob_description,
         schedule_description=(_schedule_text(args, getattr(trainer, "initial_entropy", None))
                               if hasattr(args, "entropy_schedule")
                               else _plain_trl_schedule_text(targets)),
