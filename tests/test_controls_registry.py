@@ -5,6 +5,7 @@ chosen; and a control outside the package has settings of its own from Python an
 
 import dataclasses
 import os
+import re
 import sys
 import textwrap
 import warnings
@@ -36,16 +37,21 @@ def registry_restored():
     CONTROL_REGISTRY.update(before)
 
 
-def test_every_builtin_control_is_in_the_demo_the_cli_and_the_test_configurations():
-    from trl_entropy.demo import runner
-
+def test_every_builtin_control_is_in_the_cli_the_test_configurations_and_the_readme():
+    """The hand-kept copies of the registry's list: the demo's torch-free choices, the tests' configurations, the
+    README's methods table (in registration order, each linked to its docs page) and entropy_control's help."""
     names = _builtin()
     assert len(names) >= 9
-    assert [n for n in runner.METHODS if n in names] == names
     assert cli.DEMO_METHODS == ("grpo", *names), "trl_entropy/cli.py's DEMO_METHODS is not the registry's list"
     tested = {c["entropy_control"] for c in CONTROL_CONFIGS.values()}
     missing = [n for n in names if n not in tested]
     assert not missing, f"tests/conftest.py's CONTROL_CONFIGS has no configuration for {missing}"
+    readme = _read("README.md").split("## Methods", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| \[?`(\w+)`\]?(?:\(([^)]*)\))? \|", readme, flags=re.M)
+    assert [n for n, _ in rows] == ["entropy_control", "none", *names], "README.md's methods table"
+    assert all(link == f"docs/methods/{CONTROL_REGISTRY[n].docs_page}" for n, link in rows if n in names)
+    help_text = GRPOEntropyConfig.__dataclass_fields__["entropy_control"].metadata["help"]
+    assert all(f"'{n}'" in help_text for n in names), "entropy_control's help names every built-in control"
 
 
 def test_the_docs_methods_table_is_the_registrys():
@@ -141,6 +147,31 @@ def test_a_control_in_a_module_of_its_own_is_in_the_demo_the_cli_help_and_the_ta
     assert runner.METHODS["tmp_registry_control"] == (True, {"entropy_control": "tmp_registry_control"},
                                                       "a temporary control")
     assert "| `tmp_registry_control` |" in methods_table()
+
+
+def test_a_control_in_a_module_of_its_own_is_a_choice_of_the_demo(tmp_module, capsys, monkeypatch):
+    """`trl-entropy demo --entropy_control_module M`: the control M registers is a choice of --methods (and in its
+    help), is run by --methods all, and reaches the runner; without the module it is not a choice."""
+    from trl_entropy.demo import runner
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--entropy_control_module", tmp_module, "--help"])
+    assert exit_.value.code == 0
+    assert "tmp_registry_control" in " ".join(capsys.readouterr().out.split())
+    seen = {}
+    monkeypatch.setattr(cli, "_quiet_third_party", lambda **kw: None)
+    monkeypatch.setattr(runner, "run_demo", lambda methods, settings: seen.update(methods=methods))
+    assert cli.main(["demo", "--entropy_control_module", tmp_module, "--methods", "grpo", "tmp_registry_control",
+                     "--no_progress"]) == 0
+    assert seen["methods"] == ["grpo", "tmp_registry_control"]
+    assert cli.main(["demo", f"--entropy-control-module={tmp_module}", "--methods", "all", "--no_progress"]) == 0
+    assert seen["methods"] == [*cli.DEMO_METHODS, "tmp_registry_control"]
+    with pytest.raises(SystemExit) as exit_:  # the module not named: not a choice (argparse's error, status 2)
+        cli.main(["demo", "--methods", "tmp_registry_control"])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--entropy_control_module", "no_such_module_here", "--methods", "grpo"])
+    assert exit_.value.code == 2 and "there is no module 'no_such_module_here'" in capsys.readouterr().err
 
 
 def test_a_user_controls_settings_from_python_and_from_the_command_line(tmp_module, tmp_path):

@@ -56,16 +56,17 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
 
 
 # The demo's choices and defaults, here so that `demo --help` needs no torch: plain GRPO and the built-in controls in
-# registration order. tests/test_controls_registry.py fails when a registered built-in control is missing, and
-# tests/test_cli.py checks the rest against trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings).
+# registration order. tests/test_controls_registry.py checks them against the registry, and tests/test_cli.py the
+# rest against trl_entropy.demo.runner (METHODS, DEFAULT_METHOD, DemoSettings). With --entropy_control_module the
+# registry itself is read instead (_demo_methods), so a control registered there is a method too.
 DEMO_METHODS = ("grpo", "entropy_bonus", "trl_adaptive", "adaptive_clip", "entrocraft", "positive_reweight",
                 "w_reinforce", "clip_cov", "kl_cov", "entropic")
 DEMO_DEFAULT_METHOD = "entropy_bonus"
 DEMO_TESTBEDS = ("tiny", "tiny_headroom", "smollm2", "smollm2_hard", "smollm2_mixed")  # trl_entropy.testbeds.TESTBEDS
 
 
-def demo_flags() -> list[tuple[str, dict]]:
-    """`trl-entropy demo`'s flags as (name, argparse keywords).
+def demo_flags(methods: tuple[str, ...] = DEMO_METHODS) -> list[tuple[str, dict]]:
+    """`trl-entropy demo`'s flags as (name, argparse keywords); ``methods``: the choices of ``--methods``.
 
     A flag whose name is a `DemoSettings` field is passed to it as parsed, so a new setting needs only a row here.
     """
@@ -74,8 +75,8 @@ def demo_flags() -> list[tuple[str, dict]]:
                          help=f"what control buys: the starting model, plain GRPO and {DEMO_DEFAULT_METHOD} side by "
                               "side, with pass@k and held-out learning curves, on the tiny_headroom testbed unless "
                               "--testbed says otherwise (~5 min on 2 cores)")),
-        ("methods", dict(nargs="+", choices=DEMO_METHODS + ("all",), metavar="METHOD",
-                         help=f"methods to run; any of {', '.join(DEMO_METHODS)}, or 'all' (default: "
+        ("methods", dict(nargs="+", choices=tuple(methods) + ("all",), metavar="METHOD",
+                         help=f"methods to run; any of {', '.join(methods)}, or 'all' (default: "
                               f"{DEMO_DEFAULT_METHOD}, or grpo and {DEMO_DEFAULT_METHOD} with --compare)")),
         ("testbed", dict(default=None, choices=DEMO_TESTBEDS,
                          help="'tiny': a character-level model pretrained here in seconds; "
@@ -99,21 +100,43 @@ def demo_flags() -> list[tuple[str, dict]]:
                              help="keep every run's trained model in its folder, next to its card (default: yes on "
                                   "the tiny testbeds, no on smollm2, where each takes ~540 MB)")),
         ("no_progress", dict(action="store_true", help="hide the progress bars")),
+        ("entropy_control_module", dict(nargs="+", default=None, metavar="MODULE",
+                                        help="modules to import first: each control they register with "
+                                             "trl_entropy.register_control is a method too (default: none)")),
     ]
 
 
-def demo_parser() -> argparse.ArgumentParser:
+def _demo_methods(argv: list[str]) -> tuple[str, ...]:
+    """The choices of `demo --methods`: `DEMO_METHODS`, or, once the modules `--entropy_control_module` names are
+    imported, plain GRPO and every registered control (the registry, read after their registrations)."""
+    from ._imports import CONTROL_MODULE_FLAGS, flag_values, import_user_module
+
+    modules = flag_values(argv, CONTROL_MODULE_FLAGS)
+    if not modules:
+        return DEMO_METHODS
+    for name in modules:
+        import_user_module(name, "--entropy_control_module")
+    from .controls import CONTROL_REGISTRY
+
+    return ("grpo", *CONTROL_REGISTRY)
+
+
+def demo_parser(methods: tuple[str, ...] = DEMO_METHODS) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trl-entropy demo", formatter_class=_HelpFormatter,
                                 description="Offline GRPO entropy-control demo on CPU: a pretrained testbed model (tiny, or SmolLM2 "
                                             "with --testbed smollm2) "
                                             "trained with and without entropy control, compared side by side.")
-    for name, kwargs in demo_flags():
+    for name, kwargs in demo_flags(methods):
         _add_flag(p, name, **kwargs)
     return p
 
 
 def _demo(argv):
-    p = demo_parser()
+    try:
+        methods = _demo_methods(argv)
+    except ValueError as err:  # a module that does not exist
+        demo_parser().error(str(err))
+    p = demo_parser(methods)
     a = p.parse_args(argv)
     if a.steps is not None and a.steps < 1:
         p.error("--steps must be >= 1")
@@ -123,7 +146,7 @@ def _demo(argv):
     from .demo.runner import DemoSettings, run_demo
 
     if a.methods and "all" in a.methods:
-        methods = list(DEMO_METHODS)
+        methods = list(methods)
     else:
         methods = a.methods or (["grpo", DEMO_DEFAULT_METHOD] if a.compare else [DEMO_DEFAULT_METHOD])
     if a.testbed is None:

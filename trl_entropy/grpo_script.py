@@ -11,9 +11,7 @@ have no default: a flag, the recipe (`--config`) or `--testbed` names them. Mist
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,6 +19,7 @@ from typing import Literal
 from trl import ModelConfig, TrlParser
 from trl import ScriptArguments as TrlScriptArguments
 
+from ._imports import CONTROL_MODULE_FLAGS, flag_values, import_user_module
 from ._paths import check_model_path, looks_like_path
 
 TESTBED = "testbed"
@@ -256,38 +255,14 @@ def _testbed_and_required(values, recipe: str | None = None) -> dict:
     return fills
 
 
-_CONTROL_MODULE_FLAGS = ("--entropy_control_module", "--entropy-control-module")
-
-
 def _import_control_modules(args: list[str], parser) -> list[str]:
     """Import the modules named by `--entropy_control_module` (flags, or the recipe's key) before the flags are
     parsed, so that the controls they register are valid `--entropy_control` choices. Returns their names."""
     recipe_value = parser.get_default("entropy_control_module") or []
     names = [recipe_value] if isinstance(recipe_value, str) else list(recipe_value)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in _CONTROL_MODULE_FLAGS:
-            i += 1
-            while i < len(args) and not args[i].startswith("-"):
-                names.append(args[i])
-                i += 1
-            continue
-        if arg.split("=", 1)[0] in _CONTROL_MODULE_FLAGS and "=" in arg:
-            names.append(arg.split("=", 1)[1])
-        i += 1
-    cwd = os.getcwd()
+    names += flag_values(args, CONTROL_MODULE_FLAGS)
     for name in names:
-        if cwd not in sys.path and "" not in sys.path:
-            sys.path.append(cwd)  # last: a module in the current folder shadows no installed package
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            missing = err.name or ""
-            if name != missing and not name.startswith(missing + "."):
-                raise  # the module exists but one of its own imports is missing: its traceback says which
-            raise UsageError(f"--entropy_control_module: there is no module {name!r} (looked among the installed "
-                             f"packages and in {cwd}).") from err
+        import_user_module(name, "--entropy_control_module", UsageError)
     return names
 
 
