@@ -1029,11 +1029,18 @@ def _names_trl(owner_text: str) -> bool:
     return any(w in owner_text for w in ("trl", "GRPOTrainer", "VLLMGeneration", "TRL_VLLM_MODULE"))
 
 
+def _required_internals() -> tuple:
+    """The (owner, name, use) entries that _trl_private reaches through ``require``: the CPU weight sync's and the
+    generation settings' (vLLM path, curriculum)."""
+    return _trl_private.TRL_VLLM_INTERNALS + _trl_private.TRL_GENERATION_INTERNALS
+
+
 def test_trl_vllm_internals_are_required_only_in_trl_private_and_all_listed():
     """Every ``require(obj, "name", owner)`` of a TRL owner sits in _trl_private.py and names a name of its
-    TRL_VLLM_INTERNALS; the private ones of those names are touched nowhere else either; every listed name is
-    required there. (vLLM's own internals, required in vllm_cpu.py, are vLLM's: tests/test_vllm_cpu.py.)"""
-    listed = {name for _, name, _ in _trl_private.TRL_VLLM_INTERNALS}
+    TRL_VLLM_INTERNALS or TRL_GENERATION_INTERNALS; the private ones of those names are touched nowhere else either;
+    every listed name is required there. (vLLM's own internals, required in vllm_cpu.py, are vLLM's:
+    tests/test_vllm_cpu.py.)"""
+    listed = {name for _, name, _ in _required_internals()}
     private = {n for n in listed if n.startswith("_")}
     problems, required_here = [], set()
     for rel, tree in _package_files():
@@ -1041,15 +1048,16 @@ def test_trl_vllm_internals_are_required_only_in_trl_private_and_all_listed():
             if rel == LISTS:
                 required_here.add(name)
                 if name not in listed:
-                    problems.append(f"{rel}:{node.lineno} requires {name!r}, which TRL_VLLM_INTERNALS does not list.")
+                    problems.append(f"{rel}:{node.lineno} requires {name!r}, which neither TRL_VLLM_INTERNALS nor "
+                                    "TRL_GENERATION_INTERNALS lists.")
             elif _names_trl(owner):
                 problems.append(f"{rel}:{node.lineno} requires TRL's {owner}.{name} itself: go through an accessor of "
                                 f"{LISTS} (and list the name in its TRL_VLLM_INTERNALS).")
         if rel != LISTS:
             problems += [f"{rel}:{node.lineno} touches TRL's private {name} (TRL_VLLM_INTERNALS) outside {LISTS}."
                          for name, node in _private_names_touched(tree) if name in private]
-    problems += [f"{LISTS} TRL_VLLM_INTERNALS lists {name}, which no require() of it reaches."
-                 for name in sorted(listed - required_here)]
+    problems += [f"{LISTS} lists {name} (TRL_VLLM_INTERNALS or TRL_GENERATION_INTERNALS), which no require() of it "
+                 "reaches." for name in sorted(listed - required_here)]
     if problems:
         _fail("TRL's vLLM internals leak out of _trl_private or are unlisted", problems)
 
@@ -1066,9 +1074,64 @@ def test_trl_vllm_internals_still_exist():
         "GRPOTrainer instance": self_assigned_attributes(_source(GRPOTrainer.__init__)),
     }
     missing += [f"{owner}.{name} (no `self.{name} = ...` in TRL's class)"
-                for owner, name, _ in _trl_private.TRL_VLLM_INTERNALS if owner in sets and name not in sets[owner]]
+                for owner, name, _ in _required_internals() if owner in sets and name not in sets[owner]]
+    unknown = sorted({owner for owner, _, _ in _trl_private.TRL_GENERATION_INTERNALS} - set(sets))
+    missing += [f"TRL_GENERATION_INTERNALS names the owner {owner!r}, which this test cannot check" for owner in unknown]
     if missing:
-        _fail("TRL's vLLM backend lost names the CPU weight sync needs", missing)
+        _fail("TRL's trainer or vLLM backend lost names trl_entropy needs", missing)
+
+
+#: The modules whose reads and writes of TRL's generation settings must go through _trl_private's accessors.
+GENERATION_CLIENTS = ("trl_entropy/vllm_cpu.py", "trl_entropy/scheduling/curriculum.py")
+
+
+def _generation_names_touched(tree, names: set[str]) -> list[tuple[str, ast.AST]]:
+    """``(name, node)`` for ``x.name`` and ``getattr``/``hasattr``/``setattr(x, "name")`` of a name in ``names``, where
+    ``x`` is not ``self`` (the modules' own classes have fields of the same names), ``args`` (the config's documented
+    fields, e.g. ``args.use_vllm``) or ``_trl_private`` (its accessors carry the names they reach)."""
+    exempt = {"self", "args", "_trl_private"}
+
+    def on_exempt(obj) -> bool:
+        return isinstance(obj, ast.Name) and obj.id in exempt
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names and not on_exempt(node.value):
+            out.append((node.attr, node))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2
+              and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and not on_exempt(node.args[0])):
+            out += [(n, node) for n in _str_constants(node.args[1]) if n in names]
+    return out
+
+
+def test_the_vllm_path_and_the_curriculum_reach_trl_generation_settings_only_through_trl_private():
+    """vllm_cpu.py and scheduling/curriculum.py read or write none of TRL_GENERATION_INTERNALS (nor the backend,
+    ``vllm_generation``) themselves: a `getattr(trainer, "generation_config", None)` there would make a rename in TRL a
+    silent no-op; the accessors raise InternalsChanged instead."""
+    names = {name for _, name, _ in _required_internals() if not name.startswith("_")}
+    names -= {"mode", "llm", "enable_sleep_mode", "sync_weights", "LLM"}  # the CPU sync's: required where read
+    problems = []
+    for rel, tree in _package_files():
+        if rel in GENERATION_CLIENTS:
+            problems += [f"{rel}:{node.lineno} touches TRL's {name} directly: use an accessor of {LISTS}."
+                         for name, node in _generation_names_touched(tree, names)]
+    assert {rel for rel, _ in _package_files()} >= set(GENERATION_CLIENTS)
+    if problems:
+        _fail("TRL's generation settings touched outside the accessors", problems)
+
+
+def test_a_renamed_generation_setting_raises_naming_it():
+    """What a user sees when TRL renames one: InternalsChanged naming the attribute, the part that needs it and the
+    TRL release it was read from (not a silent no-op)."""
+    import types
+
+    trainer = types.SimpleNamespace(use_vllm=False, generation_kwargs={})  # no generation_config
+    with pytest.raises(_trl_private.InternalsChanged, match=r"annealing curriculum.*GRPOTrainer\.generation_config.*"
+                       r"TRL 1\.16\.0"):
+        _trl_private.generation_budget(trainer)
+    trainer = types.SimpleNamespace(use_vllm=True, vllm_generation=types.SimpleNamespace(), eos_token_ids=[1])
+    with pytest.raises(_trl_private.InternalsChanged, match=r"vLLM stop tokens.*VLLMGeneration\.generation_kwargs"):
+        _trl_private.vllm_generation_kwargs(trainer)
 
 
 def _exported(module: str, name: str) -> bool:

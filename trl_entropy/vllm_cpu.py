@@ -85,12 +85,11 @@ def stop_at_every_eos(trainer) -> None:
     every id of the model's generation config in memory (``trainer.eos_token_ids``; e.g. a newline the testbeds add):
     hand vLLM the missing ones as ``stop_token_ids``, so both paths end completions at the same tokens. Any vLLM mode,
     on any device. The dict is copied: ``args.generation_kwargs`` stays as the user gave it."""
-    generation = trainer.vllm_generation
-    given = dict(generation.generation_kwargs or {})
+    given = _trl_private.vllm_generation_kwargs(trainer)
     stop = list(given.get("stop_token_ids") or [])
-    stop += [i for i in trainer.eos_token_ids if i is not None and i not in stop]
+    stop += [i for i in _trl_private.eos_token_ids(trainer) if i is not None and i not in stop]
     if stop:
-        generation.generation_kwargs = {**given, "stop_token_ids": stop}
+        _trl_private.set_vllm_generation_kwargs(trainer, {**given, "stop_token_ids": stop})
 
 
 def vllm_runs_on_cpu() -> bool:
@@ -232,7 +231,7 @@ def patch_colocate_weight_sync(trainer):
     calls it itself. Build the trainer inside ``engine_arguments(dtype=...)`` to choose vLLM's dtype (its "auto"
     runs a float32 model in bfloat16 on CPU).
     """
-    if not getattr(trainer, "use_vllm", False) or getattr(trainer.args, "vllm_mode", None) != "colocate":
+    if not _trl_private.uses_vllm(trainer) or getattr(trainer.args, "vllm_mode", None) != "colocate":
         return trainer
     generation = _trl_private.vllm_generation(trainer)
     current = _trl_private.sync_weights_function(generation)

@@ -41,7 +41,19 @@ from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
-from .._trl_private import clear_buffered_inputs, has_metrics, log_metric, replace_train_sampler
+from .._trl_private import (
+    clear_buffered_inputs,
+    generation_budget,
+    group_shape,
+    has_metrics,
+    log_metric,
+    num_iterations,
+    replace_train_sampler,
+    set_generation_budget,
+    set_group_shape,
+    shuffles_dataset,
+    uses_vllm,
+)
 
 __all__ = ["AnnealingCurriculumCallback", "CurriculumDataset", "CurriculumSampler", "first_anneal_step"]
 
@@ -256,8 +268,9 @@ class AnnealingCurriculumCallback(TrainerCallback):
                 f"max_steps must be set (> 0) to use the annealing curriculum, got {args.max_steps}: the phase "
                 "boundary and the data stream are defined over a fixed number of optimizer steps."
             )
-        g1, g2 = trainer.num_generations, self.num_generations or trainer.num_generations
-        l2 = self.max_completion_length or trainer.max_completion_length
+        g1, l1 = group_shape(trainer)
+        g2 = self.num_generations or g1
+        l2 = self.max_completion_length or l1
         gbs = args.generation_batch_size
         if gbs % g2 != 0:
             raise ValueError(
@@ -271,7 +284,7 @@ class AnnealingCurriculumCallback(TrainerCallback):
                     f"{name} has {len(data)} rows, fewer than the generation_batch_size // num_generations = "
                     f"{gbs // g} distinct prompts one generation batch needs."
                 )
-        vllm_max = getattr(args, "vllm_max_model_length", None) if getattr(trainer, "use_vllm", False) else None
+        vllm_max = args.vllm_max_model_length if uses_vllm(trainer) else None
         if vllm_max is not None and l2 >= vllm_max:
             raise ValueError(
                 f"max_completion_length={l2} does not fit vllm_max_model_length={vllm_max} (prompt + completion): "
@@ -286,16 +299,11 @@ class AnnealingCurriculumCallback(TrainerCallback):
                 )
         self.trainer = trainer
         self._phase_values = (
-            {"num_generations": g1, "max_completion_length": trainer.max_completion_length},
+            {"num_generations": g1, "max_completion_length": l1},
             {"num_generations": g2, "max_completion_length": l2},
         )
-        self._budget0 = {}
-        if getattr(trainer, "generation_config", None) is not None:
-            self._budget0["generation_config"] = trainer.generation_config.max_new_tokens
-        if "max_new_tokens" in (getattr(trainer, "generation_kwargs", None) or {}):
-            self._budget0["generation_kwargs"] = trainer.generation_kwargs["max_new_tokens"]
-        if getattr(trainer, "vllm_generation", None) is not None:
-            self._budget0["vllm"] = trainer.vllm_generation.max_completion_length
+        # every budget TRL's generation reads (through _trl_private: a renamed one raises, never a silent no-op)
+        self._budget0 = generation_budget(trainer)
         trainer.train_dataset = CurriculumDataset(first, second)
         replace_train_sampler(trainer, self._train_sampler)  # TRL's hook; its get_train_dataloader stays as is
         if self not in trainer.callback_handler.callbacks:
@@ -319,7 +327,7 @@ class AnnealingCurriculumCallback(TrainerCallback):
                     stacklevel=3,
                 )
                 return None
-        round_micro = args.steps_per_generation * trainer.num_iterations
+        round_micro = args.steps_per_generation * num_iterations(trainer)
         grad_accum = args.gradient_accumulation_steps
         unit = math.lcm(round_micro, grad_accum) // grad_accum  # optimizer steps between common boundaries
         step = -(-requested // unit) * unit
@@ -344,7 +352,7 @@ class AnnealingCurriculumCallback(TrainerCallback):
         trainer = self.trainer
         args = trainer.args
         self.switch_step = self.resolve_switch_step()
-        round_micro = args.steps_per_generation * trainer.num_iterations
+        round_micro = args.steps_per_generation * num_iterations(trainer)
         grad_accum = args.gradient_accumulation_steps
         switch_round = None if self.switch_step is None else self.switch_step * grad_accum // round_micro
         data = trainer.train_dataset
@@ -355,7 +363,7 @@ class AnnealingCurriculumCallback(TrainerCallback):
             repeat_count=round_micro,
             switch_round=switch_round,
             length=args.max_steps * grad_accum * args.generation_batch_size,
-            shuffle=trainer.shuffle_dataset,
+            shuffle=shuffles_dataset(trainer),
             seed=args.seed,
         )
         return self.sampler
@@ -369,17 +377,11 @@ class AnnealingCurriculumCallback(TrainerCallback):
         if phase == self.phase:
             return
         values = self._phase_values[phase]
-        trainer.num_generations = values["num_generations"]
-        trainer.max_completion_length = values["max_completion_length"]
+        set_group_shape(trainer, values["num_generations"], values["max_completion_length"])
         # Generation budget: phase 1 restores what the trainer had when attached (a user's max_new_tokens in
         # generation_kwargs included); phase 2 sets the new max_completion_length everywhere TRL reads it.
         budget = self._budget0 if phase == 0 else dict.fromkeys(self._budget0, values["max_completion_length"])
-        if "generation_config" in budget:
-            trainer.generation_config.max_new_tokens = budget["generation_config"]
-        if "generation_kwargs" in budget:
-            trainer.generation_kwargs["max_new_tokens"] = budget["generation_kwargs"]
-        if "vllm" in budget:
-            trainer.vllm_generation.max_completion_length = budget["vllm"]
+        set_generation_budget(trainer, budget)
         if self.phase is not None:
             # A switch inside a run: the round boundary already makes TRL regenerate; dropping the buffer makes
             # sure no rollout of the old phase is trained on after the switch.
