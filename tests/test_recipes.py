@@ -6,6 +6,7 @@ import math
 import os
 
 import pytest
+import yaml
 
 from trl_entropy.cli import main, parse_grpo_args
 from trl_entropy.rewards import boxed_accuracy, get_reward_function, last_boxed
@@ -26,6 +27,11 @@ def test_recipe_parses(path):
     # GPU recipes ask for bf16, which TrainingArguments refuses on a CPU-only machine: override only that here.
     script_args, args, model_args, _ = parse_grpo_args(["--config", path, "--bf16", "false"])
     assert model_args.model_name_or_path and script_args.reward_funcs
+    with open(path) as f:
+        trains_in_bf16 = bool(yaml.safe_load(f).get("bf16"))
+    # bf16 training loads the weights in bfloat16 (TRL's ModelConfig.dtype defaults to float32); the memory estimate
+    # and the hardware each recipe names: tests/test_memory.py
+    assert model_args.dtype == ("bfloat16" if trains_in_bf16 else "float32"), model_args.dtype
     for name in script_args.reward_funcs:
         assert callable(get_reward_function(name))
     assert args.entropy_control != "none"
