@@ -16,12 +16,12 @@ TINY = TestbedRecipe(sft_steps=5, sft_batch_size=8, hidden_size=16, intermediate
 def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
     settings = runner.DemoSettings(steps=4, output_dir=str(tmp_path / "out"), progress=False, recipe=TINY,
-                                   n_eval_problems=8, eval_samples=1, target_start=0.5, pass_at_k_problems=4)
+                                   target_start=0.5, pass_at_k_problems=4)
     results = runner.run_demo(list(runner.METHODS), settings)
     out = capsys.readouterr().out
     assert "track err" in out and "grpo" in out and "entrocraft" in out
     # "track err" is the benchmarks' tracking error (issue 53), defined under the table and in summary.json
-    assert "track err: the tracking error, mean over the steps after the first 20% of |MA10(H)" in out
+    assert "track err: the tracking error, mean over the steps after the first 20% of |MA10(H)" in " ".join(out.split())
     assert "first 10%" not in out
     for r in results:
         expected = tracking_error(r["measured"], r["target"])
@@ -51,6 +51,10 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
     for name in runner.METHODS:
         assert (tmp_path / "out" / "runs" / name / "model.safetensors").exists(), name
     ac_pass = ac["pass_at_k"]
+    for r in results:  # one final reward: the table's is the card's (issue 62: 0.559 against 0.6289)
+        run_card = (tmp_path / "out" / "runs" / r["method"] / "README.md").read_text()
+        assert f"Final training reward: **{r['final_reward']:.3f}**" in run_card, r["method"]
+        assert f"{r['final_reward']:>12.3f}" in out
     assert "pass@k on held-out problems" in card and f"| pass@k | {ac_pass[1]:.3f} |" in card
     # the plain TRL run's folder is not empty: pictures and a card
     folder = tmp_path / "out" / "runs" / "grpo"
@@ -95,13 +99,55 @@ def test_demo_pictures_show_a_single_step_as_points_on_whole_step_ticks():
 
 
 def test_table_compares_step_time_only_with_the_baseline_present():
-    row = {"method": "entropy_bonus", "final_reward": 0.5, "heldout_accuracy": 0.6, "final_entropy": 0.4,
-           "tracking_error": 0.05, "median_step_time": 0.03}
-    alone = runner.format_table([row]).splitlines()[2]
+    row = {"method": "entropy_bonus", "final_reward": 0.5, "final_entropy": 0.4, "tracking_error": 0.05,
+           "median_step_time": 0.03}
+    alone = runner.format_table([row]).splitlines()[3]
     assert "nan" not in alone and alone.rstrip().endswith("–")
     both = runner.format_table([dict(row, method="grpo", median_step_time=0.02), row]).splitlines()
-    assert both[2].rstrip().endswith("1.00x") and both[3].rstrip().endswith("1.50x")
+    assert both[3].rstrip().endswith("1.00x") and both[4].rstrip().endswith("1.50x")
     assert runner.TRACK_ERR_NOTE in "\n".join(both).replace("\n  ", " ")  # the table defines its "track err"
+
+
+def _run(method, pass1, pass16, entropy, err, reward=0.5):
+    return {"method": method, "final_reward": reward, "final_entropy": entropy, "tracking_error": err,
+            "median_step_time": 0.02, "target": [1.0, 0.5], "pass_at_k": {1: pass1, 2: pass1, 16: pass16}}
+
+
+def test_the_report_leads_with_the_control_then_one_held_out_accuracy_then_the_trade():
+    """Issue 62: the table gave three held-out accuracies without saying how they differ, and the tracking error
+    (what the package does well) was one column among nine; nothing said what the trade means."""
+    base = {"method": "base", "final_entropy": 0.9, "pass_at_k": {1: 0.3, 2: 0.4, 16: 0.9}}
+    results = [base, _run("grpo", 0.886, 1.0, 0.2, 0.731), _run("entropy_bonus", 0.632, 0.984, 0.6, 0.029)]
+    text = runner.format_table(results, n_problems=64)
+    flat = " ".join(text.split())
+    control, heldout = text.index("What the control did"), text.index("Held-out accuracy = pass@1")
+    assert control == 0 and control < heldout < text.index("What the trade means")
+    control_part = text[:heldout]
+    assert "track err" in control_part.splitlines()[1] and "starting model" not in control_part
+    assert "  2.9%" in control_part and " 73.1%" in control_part and "(1.000 -> 0.500 nats)" in control_part
+    assert "pass@" not in control_part  # the held-out numbers are in one table, under one definition
+    assert flat.count("held-out accuracy") + flat.count("Held-out accuracy") == 1 and "held-out acc " not in flat
+    assert "16 samples (temperature 1) on each of 64 held-out problems" in flat
+    assert text.count("pass@1 ") >= 1 and "starting model" in text[heldout:]
+    assert ("entropy_bonus's model is wider (more entropy), not better: pass@1 -0.254, pass@16 -0.016 (one seed, "
+            "at this scale)") in flat and runner.PAYOFF_PAGE in flat and runner.FINAL_REWARD_NOTE in flat
+
+
+def test_the_trade_line_says_which_way_the_trade_went():
+    grpo = _run("grpo", 0.8, 0.9, 0.2, 0.7)
+    assert "traded pass@1 (-0.100) for pass@16 (+0.050)" in runner.trade_line([grpo, _run("x", 0.7, 0.95, 0.5, 0.1)])
+    assert "better on both" in runner.trade_line([grpo, _run("x", 0.85, 0.95, 0.5, 0.1)])
+    assert "narrower" in runner.trade_line([grpo, _run("x", 0.7, 0.8, 0.1, 0.1)])
+    assert runner.trade_line([_run("x", 0.7, 0.8, 0.1, 0.1)]) == ""  # no baseline: nothing to compare with
+
+
+def test_the_closing_line_names_the_run_folders(tmp_path):
+    settings = runner.DemoSettings(output_dir=str(tmp_path / "demo_out"))
+    line = runner.wrote_line(settings, ["grpo", "entropy_bonus"], ["a.png"])
+    assert line.startswith(f"Wrote {tmp_path / 'demo_out' / 'runs' / '<method>'}{os.sep} (each run's model, model card")
+    assert "grpo, entropy_bonus" in line and "summary.json" in line
+    line = runner.wrote_line(runner.DemoSettings(testbed="smollm2"), ["grpo"], [])
+    assert "no weights: --save_models keeps them" in line
 
 
 def test_compare_on_the_headroom_testbed_scores_the_starting_model_and_draws_learning_curves(tmp_path, monkeypatch,
@@ -110,18 +156,25 @@ def test_compare_on_the_headroom_testbed_scores_the_starting_model_and_draws_lea
     learning curves that start at step 0 with the starting model."""
     monkeypatch.setenv("TRL_ENTROPY_CACHE", str(tmp_path / "cache"))
     settings = runner.DemoSettings(steps=4, output_dir=str(tmp_path / "out"), progress=False, recipe=TINY,
-                                   testbed="tiny_headroom", n_eval_problems=8, eval_samples=1, target_start=0.5,
+                                   testbed="tiny_headroom", target_start=0.5,
                                    pass_at_k_problems=4, curve_every=2, include_base=True)
     results = runner.run_demo(["grpo", "entropy_bonus"], settings)
     out = capsys.readouterr().out
     assert "starting model" in out and "tiny_headroom" in out
-    header = next(line for line in out.splitlines() if line.startswith("method") and "track err" in line)
-    assert "pass@1" in header and "pass@16" in header
+    header = next(line for line in out.splitlines() if line.startswith("method") and "pass@1 " in line)
+    assert "pass@16" in header
     for r in results:
         assert r["curve"]["step"] == [0, 2, 4], r["method"]
         assert all(0.0 <= a <= b <= 1.0 for a, b in zip(r["curve"]["pass@1"], r["curve"]["pass@16"]))
     # both runs start from the same model, scored on the same problems and samples
     assert results[0]["curve"]["pass@1"][0] == results[1]["curve"]["pass@1"][0]
+    # one held-out evaluation (issue 62): the curves start at the starting model's row and end at the table's numbers
+    summary = json.load(open(tmp_path / "out" / "summary.json"))
+    assert results[0]["curve"]["pass@1"][0] == summary["results"][0]["pass_at_k"]["1"]
+    for r in results:
+        assert r["curve"]["pass@1"][-1] == r["pass_at_k"][1] and r["curve"]["pass@16"][-1] == r["pass_at_k"][16]
+    assert "heldout_accuracy" not in r and "held-out acc " not in out
+    assert f"Wrote {tmp_path / 'out' / 'runs' / '<method>'}" in out
     assert os.path.getsize(tmp_path / "out" / "heldout_curves.png") > 5_000
     summary = json.load(open(tmp_path / "out" / "summary.json"))
     assert summary["testbed"] == "tiny_headroom" and summary["recipe"]["carry_drop"] == 0.9

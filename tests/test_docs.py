@@ -199,3 +199,47 @@ def test_api_reference_types_are_plain_not_trl_markdown():
     assert str(fields["entropy_control"].value) == "'none'"
     assert plain_type("`dict[str, float]`, *optional*") == ("dict[str, float]", None)
     assert plain_type("*optional*, defaults to `None`") == ("", "None")
+
+
+def _section(text, heading):
+    """The lines under ``heading`` (a Markdown heading line) up to the next heading of the same or a higher level."""
+    level = heading.split(" ", 1)[0]
+    after = text.split("\n" + heading + "\n", 1)[1]
+    return re.split(rf"^#{{1,{len(level)}}} ", after, maxsplit=1, flags=re.M)[0]
+
+
+def test_readme_recommends_entropy_bonus_only_for_following_a_schedule_and_its_status_is_what_ships():
+    """Issue 62: the README called entropy_bonus "the recommendation" without saying for what, and half its Status
+    table described a variant the package does not ship (acting on unsolved groups only: research code)."""
+    text = _read(README)
+    for line in text.splitlines():
+        if "recommend" in line.lower():
+            assert "schedule" in line, f"a recommendation that does not say what for: {line.strip()!r}"
+    status = _section(text, "## Status")
+    rows = [line for line in status.splitlines() if line.startswith("|")]
+    assert rows and not [r for r in rows if "unsolved" in r or "study" in r], "Status describes what the package ships"
+    assert "docs/payoff.md" in status
+
+
+def test_payoff_page_opens_with_when_it_pays_in_one_screen():
+    """docs/payoff.md opens with a one-screen answer: our verdict, the literature's, and what to run on your task."""
+    text = _read(os.path.join(ROOT, "docs", "payoff.md"))
+    first = re.findall(r"^## .*$", text, flags=re.M)[0]
+    assert first == "## When does entropy control pay?"
+    section = _section(text, first)
+    assert len(section.strip().splitlines()) <= 45, "keep it to one screen"
+    for needed in ("Our answer", "literature", "32B", "Find out on your task", "PassAtKCallback", "seed"):
+        assert needed in section, needed
+    (code,) = _code_blocks(section, "python")
+    compile(code, "docs/payoff.md", "exec")  # it parses; my_model, my_reward, ... are the reader's
+
+
+def test_getting_started_own_model_example_uses_the_control_that_holds_a_target():
+    """Issue 62: the own-model example used adaptive_clip, which docs/choosing.md says holds no target."""
+    from trl_entropy.demo.runner import DEFAULT_METHOD
+
+    section = _section(_read(os.path.join(ROOT, "docs", "getting-started.md")), "## On your own model")
+    (code,) = _code_blocks(section, "python")
+    controls = re.findall(r'entropy_control="(\w+)"', code)
+    assert controls == [DEFAULT_METHOD] == ["entropy_bonus"], controls
+    assert "entropy_bonus" in _read(os.path.join(ROOT, "docs", "choosing.md")).split("\n## ", 1)[0]

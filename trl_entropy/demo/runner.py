@@ -2,10 +2,13 @@
 
 Every method trains the same pretrained testbed model (``DemoSettings.testbed``: the tiny character-level model, or
 SmolLM2-135M-Instruct, see :mod:`trl_entropy.testbeds`) on the same prompts with the same seed, in the off-policy
-setting the papers use (several optimizer steps per generation batch, so clip bounds act), and is compared on:
-final training reward, held-out sampled accuracy, the tracking error of the scheduled target (the benchmarks' metric,
-:func:`trl_entropy.metrics.tracking_error`: MA10 relative error after the first 20% of steps) and median
-optimizer-step time.
+setting the papers use (several optimizer steps per generation batch, so clip bounds act). The report
+(:func:`format_table`) says first what the control did: the tracking error of the scheduled target (the benchmarks'
+metric, :func:`trl_entropy.metrics.tracking_error`: MA10 relative error after the first 20% of steps), the final
+entropy, the final training reward (:func:`trl_entropy.metrics.final_reward`, the model card's) and the median
+optimizer-step time; then the held-out accuracy, pass@k (:data:`HELDOUT_DEFINITION`: one evaluation,
+:func:`pass_at_k_curve`, for the table, the learning curves and the starting model), and one line on what the trade
+means.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..controls import CONTROL_REGISTRY
-from ..metrics import TRACKING_ERROR_DEFINITION, tracking_error
+from ..metrics import FINAL_REWARD_DEFINITION, TRACKING_ERROR_DEFINITION, final_reward, tracking_error
 from . import testbed
 
 __all__ = ["DemoSettings", "METHODS", "run_method", "run_demo", "format_table"]
@@ -38,8 +41,7 @@ class DemoSettings:
     target_end_ratio: float = 0.5  # end = ratio * start
     anneal_ratio: float = 0.3
     steps_per_generation: int = 4
-    eval_samples: int = 4
-    n_eval_problems: int = 200
+    # the held-out evaluation (HELDOUT_DEFINITION): this many held-out problems, this many samples each
     pass_at_k_n: int = 16  # samples per problem for pass@k (k = 1, 2, 4, ..., n)
     pass_at_k_problems: int = 64
     output_dir: str = "demo_out"
@@ -49,7 +51,7 @@ class DemoSettings:
     testbed: str = "tiny"  # a name of trl_entropy.testbeds.TESTBEDS
     # held-out pass@1 and pass@16 every this many steps (the learning curves); None: the testbed's (tiny_headroom 100)
     curve_every: int | None = None
-    include_base: bool = False  # also score the starting model (pass@k, held-out accuracy): the reference row
+    include_base: bool = False  # also score the starting model (held-out pass@k): the reference row
     # keep each run's trained weights in its folder, next to its model card; None: yes for the tiny testbed
     # (~0.3 MB a run), no for SmolLM2 (~540 MB a run: the card then says that the folder holds no weights)
     save_models: bool | None = None
@@ -147,6 +149,22 @@ class _PolicyEvaluations(TrainerCallback):
                                                                 self.seed)
 
 
+class _HeldOutCurve(TrainerCallback):
+    """The held-out learning curve: ``evaluate(model)`` (:func:`pass_at_k_curve`, the table's evaluation, with the
+    same problems and seed) every ``every`` optimizer steps, logged as ``eval/pass@k`` for the model card and its
+    pictures. The last step is left to the evaluation after training, which the curve then ends with."""
+
+    def __init__(self, trainer, evaluate, every: int):
+        self.trainer, self.evaluate, self.every, self.points = trainer, evaluate, every, {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0 and state.global_step < state.max_steps:
+            from ..evaluation import _log_aside
+
+            self.points[state.global_step] = self.evaluate(self.trainer.model)
+            _log_aside(self.trainer, {f"eval/pass@{k}": v for k, v in self.points[state.global_step].items()})
+
+
 def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems,
                spec: tuple[bool, dict, str] | None = None, evaluate: bool = True, final_eval: bool = False,
                eval_at: tuple[int, ...] = ()) -> dict:
@@ -217,15 +235,17 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
 
     trainer.remove_callback(PrinterCallback)  # the table and the progress bar say it better than raw log dicts
     trainer.add_callback(_Progress(name, settings.progress))
+    max_new = base.get("max_completion_length")
+
+    def heldout(policy) -> dict[int, float]:  # the one held-out evaluation (HELDOUT_DEFINITION)
+        return pass_at_k_curve(policy, tokenizer, test_problems[: settings.pass_at_k_problems], n=settings.pass_at_k_n,
+                               seed=settings.seed, reward=tb.reward, max_new_tokens=max_new)
+
     curve = None
     curve_every = settings.curve_every or tb.curve_every
     if curve_every and evaluate:
-        from ..evaluation import PassAtKCallback
-
-        curve = PassAtKCallback(trainer, test_problems[: settings.pass_at_k_problems], n=settings.pass_at_k_n,
-                                ks=(1, settings.pass_at_k_n), max_new_tokens=base.get("max_completion_length"),
-                                every_n_steps=curve_every, at_train_end=False, seed=settings.seed + 1234)
-        start_point = curve.evaluate()  # step 0, the starting model, with the same problems and samples
+        start_point = heldout(trainer.model)  # step 0: the starting model, as the table's "starting model" row
+        curve = _HeldOutCurve(trainer, heldout, curve_every)
         trainer.add_callback(curve)
     step_evals = None
     if eval_at:
@@ -234,15 +254,6 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
-    curve_points = None
-    if curve is not None:
-        # taken now, before the final pass@k below is logged into the same history
-        evals = [(0, start_point)] + [(h["step"], h) for h in trainer.state.log_history
-                                      if "eval/pass@1" in h and "loss" not in h]
-        ks = (1, settings.pass_at_k_n)
-        curve_points = {"step": [s for s, _ in evals],
-                        **{f"pass@{k}": [e[f"eval/pass@{k}"] for _, e in evals] for k in ks}}
-
     rows = [h for h in trainer.state.log_history if "loss" in h and "step" in h]
     steps = [h["step"] for h in rows]
     measured = [h.get("entropy_control/measured", h.get("entropy")) for h in rows]
@@ -259,18 +270,16 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
                                                                   else None)
     knob_key = f"entropy_control/{knob_name}" if control is not None else knob_name
     knob = [h.get(knob_key) for h in rows] if knob_name else []
-    rewards = [h.get("reward") for h in rows if h.get("reward") is not None]
-    tail = max(1, len(rewards) // 10)
+    rewards = [h.get("reward") for h in rows if h.get("reward") is not None]  # one per generation batch
+    tail = max(1, len(rewards) // 10)  # final H: the mean over this many last steps (as the docs' tables took it)
     step_times = [h["step_time"] for h in rows if "step_time" in h]
-    accuracy, pass_k = float("nan"), {}
+    pass_k, curve_points = {}, None
     if evaluate:
-        max_new = base.get("max_completion_length")
-        accuracy = testbed.evaluate_accuracy(
-            trainer.model, tokenizer, test_problems, n_samples=settings.eval_samples, temperature=1.0,
-            seed=settings.seed, max_new_tokens=max_new, reward=tb.reward,
-        )
-        pass_k = pass_at_k_curve(trainer.model, tokenizer, test_problems[: settings.pass_at_k_problems],
-                                 n=settings.pass_at_k_n, seed=settings.seed, reward=tb.reward, max_new_tokens=max_new)
+        pass_k = heldout(trainer.model)
+        if curve is not None:  # the curve ends with the table's numbers
+            points = [(0, start_point), *sorted(curve.points.items()), (trainer.state.global_step, pass_k)]
+            curve_points = {"step": [s for s, _ in points],
+                            **{f"pass@{k}": [p[k] for _, p in points] for k in (1, settings.pass_at_k_n)}}
         # every run's folder gets its model card and pictures, as a user's run would have them (pass@k included);
         # the plain TRL trainers (grpo, trl_adaptive_entropy) get them through write_model_card
         from ..evaluation import _log_aside
@@ -302,8 +311,7 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "knob": knob,
         "knob_name": knob_name,
         "reward": [h.get("reward") for h in rows],
-        "final_reward": sum(rewards[-tail:]) / tail if rewards else float("nan"),
-        "heldout_accuracy": accuracy,
+        "final_reward": final_reward(h.get("reward") for h in rows),  # the model card's (metrics.final_reward)
         "pass_at_k": pass_k,
         **({"curve": curve_points} if curve_points is not None else {}),
         **({"final_eval": final} if final is not None else {}),
@@ -356,16 +364,6 @@ def pass_at_k_curve(model, tokenizer, problems, n: int = 16, seed: int = 0, rewa
     return {k: sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
 
 
-def format_pass_at_k(results: list[dict]) -> str:
-    ks = sorted({k for r in results for k in r.get("pass_at_k", {})})
-    header = f"{'method':<22} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
-    lines = [header, "-" * len(header)]
-    for r in results:
-        label = "starting model" if r["method"] == "base" else r["method"]
-        lines.append(f"{label:<22} " + " ".join(f"{r['pass_at_k'].get(k, float('nan')):>8.3f}" for k in ks))
-    return "\n".join(lines)
-
-
 STEP_TIME_NOTE = (
     "step ms, vs grpo: median optimizer-step time of a single run per method, the runs taken one after another on a "
     "machine that may be busy; a rough indication, not a measured overhead (for that: python -m benchmarks.overhead, "
@@ -375,32 +373,104 @@ STEP_TIME_NOTE = (
 
 TRACK_ERR_NOTE = f"track err: the tracking error, {TRACKING_ERROR_DEFINITION} (the benchmarks' metric)."
 
+FINAL_REWARD_NOTE = f"final reward: {FINAL_REWARD_DEFINITION}, as on each run's model card."
 
-def format_table(results: list[dict], baseline: str = "grpo") -> str:
-    """The comparison table, with :data:`TRACK_ERR_NOTE` (what "track err" is) and :data:`STEP_TIME_NOTE` (the
-    step-time columns are one run each) under it."""
-    base_time = next((r["median_step_time"] for r in results if r["method"] == baseline), None)
-    ks = sorted({k for r in results for k in r.get("pass_at_k", {})})
-    shown_ks = [k for k in (1, 16) if k in ks]
-    header = (f"{'method':<22} {'final reward':>12} {'held-out acc':>12} "
-              + "".join(f"{'pass@' + str(k):>8} " for k in shown_ks)
-              + f"{'final H':>8} {'track err':>9} {'step ms*':>8} {'vs ' + baseline + '*':>8}")
-    lines = [header, "-" * len(header)]
-    for r in results:
-        passes = "".join(f"{r.get('pass_at_k', {}).get(k, float('nan')):>8.3f} " for k in shown_ks)
-        if r["method"] == "base":  # the starting model: scored, not trained
-            lines.append(f"{'starting model':<22} {'–':>12} {r['heldout_accuracy']:>12.3f} {passes}"
-                         f"{r['final_entropy']:>8.3f} {'–':>9} {'–':>8} {'–':>8}")
-            continue
+# The demo's one held-out accuracy: every held-out number it prints or draws (table, starting model, learning curves,
+# model cards) is this evaluation, pass_at_k_curve, with the same problems and seed.
+HELDOUT_DEFINITION = ("held-out accuracy = pass@1: the share of correct answers among {n} samples (temperature 1) on "
+                      "each of {problems} held-out problems; pass@k: the chance that k of those samples hold a "
+                      "correct answer")
+
+PAYOFF_PAGE = "docs/payoff.md"  # when entropy control pays: the line under the held-out table links it
+
+
+def _fill(text: str, width: int) -> str:
+    return textwrap.fill(text, width=max(width, 80), subsequent_indent="  ", break_on_hyphens=False)
+
+
+def format_control_table(results: list[dict], baseline: str = "grpo") -> str:
+    """What the control did: each run's tracking error of the target (what the package is for), final entropy, final
+    training reward and step time, with :data:`TRACK_ERR_NOTE`, :data:`FINAL_REWARD_NOTE` and :data:`STEP_TIME_NOTE`
+    under it. The starting model's row (``method="base"``) is left out: it did not train."""
+    runs = [r for r in results if r["method"] != "base"]
+    base_time = next((r["median_step_time"] for r in runs if r["method"] == baseline), None)
+    header = (f"{'method':<22} {'track err':>9} {'final H':>8} {'final reward':>12} {'step ms*':>8} "
+              f"{'vs ' + baseline + '*':>8}")
+    target = next((r["target"] for r in runs if r.get("target")), None)
+    title = "What the control did: how closely each run held the entropy target"
+    if target and target[0] is not None and target[-1] is not None:
+        title += f" ({target[0]:.3f} -> {target[-1]:.3f} nats)"
+    lines = [title + ":", header, "-" * len(header)]
+    for r in runs:
         # without the baseline among the runs (e.g. one method) there is nothing to compare with: a dash, not "nanx"
         ratio = f"{r['median_step_time'] / base_time:>7.2f}x" if base_time else f"{'–':>8}"
-        lines.append(
-            f"{r['method']:<22} {r['final_reward']:>12.3f} {r['heldout_accuracy']:>12.3f} {passes}"
-            f"{r['final_entropy']:>8.3f} {100 * r['tracking_error']:>8.1f}% {1000 * r['median_step_time']:>8.1f} {ratio}"
-        )
-    notes = [textwrap.fill(TRACK_ERR_NOTE, width=len(header), subsequent_indent="  ", break_on_hyphens=False),
-             textwrap.fill("* " + STEP_TIME_NOTE, width=len(header), subsequent_indent="  ")]
-    return "\n".join(lines + notes)
+        lines.append(f"{r['method']:<22} {100 * r['tracking_error']:>8.1f}% {r['final_entropy']:>8.3f} "
+                     f"{r['final_reward']:>12.3f} {1000 * r['median_step_time']:>8.1f} {ratio}")
+    untargeted = [r["method"] for r in runs if not _follows_target(r["method"])]
+    notes = [TRACK_ERR_NOTE
+             + (f" {', '.join(untargeted)} follow{'s' if len(untargeted) == 1 else ''} no target: "
+                "scored against the same schedule." if untargeted else ""),
+             FINAL_REWARD_NOTE, "* " + STEP_TIME_NOTE]
+    return "\n".join(lines + [_fill(n, len(header)) for n in notes])
+
+
+def _follows_target(method: str) -> bool:
+    cls = CONTROL_REGISTRY.get(method)
+    return bool(cls is not None and cls.follows_target)
+
+
+def format_heldout_table(results: list[dict], n_problems: int | None = None) -> str:
+    """Held-out accuracy, one definition (:data:`HELDOUT_DEFINITION`, named once above the table): pass@k for k = 1,
+    2, 4, ..., n of every run, and of the starting model (``method="base"``) where it was scored."""
+    ks = sorted({k for r in results for k in r.get("pass_at_k", {})})
+    if not ks:
+        return ""
+    header = f"{'method':<22} " + " ".join(f"{'pass@' + str(k):>8}" for k in ks)
+    definition = HELDOUT_DEFINITION.format(n=ks[-1], problems=n_problems if n_problems is not None else "the")
+    lines = [_fill(definition[0].upper() + definition[1:] + ":", len(header)), header, "-" * len(header)]
+    for r in results:
+        label = "starting model" if r["method"] == "base" else r["method"]
+        lines.append(f"{label:<22} " + " ".join(f"{r.get('pass_at_k', {}).get(k, float('nan')):>8.3f}" for k in ks))
+    return "\n".join(lines)
+
+
+def trade_line(results: list[dict], baseline: str = "grpo", method: str | None = None) -> str:
+    """One line on what the trade means: ``method`` (default: the recommended control if it ran, else the first
+    other run) against ``baseline`` on final entropy, pass@1 and pass@n, and where the payoff page is. Empty
+    without both runs' pass@k."""
+    by = {r["method"]: r for r in results if r.get("pass_at_k")}
+    if baseline not in by:
+        return ""
+    others = [m for m in by if m not in (baseline, "base")]
+    method = method or (DEFAULT_METHOD if DEFAULT_METHOD in others else (others[0] if others else None))
+    if method not in by:
+        return ""
+    b, m = by[baseline], by[method]
+    n = max(set(b["pass_at_k"]) & set(m["pass_at_k"]))
+    d1 = m["pass_at_k"][1] - b["pass_at_k"][1]
+    dn = m["pass_at_k"][n] - b["pass_at_k"][n]
+    gap = m["final_entropy"] - b["final_entropy"]
+    shape = ("wider (more entropy)" if gap > 0.005 else "narrower (less entropy)" if gap < -0.005
+             else "as wide (the same entropy)")
+    if d1 <= 0 and dn <= 0:
+        verdict = f"{shape}, not better: pass@1 {d1:+.3f}, pass@{n} {dn:+.3f}"
+    elif d1 <= 0:
+        verdict = f"{shape}: it traded pass@1 ({d1:+.3f}) for pass@{n} ({dn:+.3f}), not a better model"
+    elif dn <= 0:
+        verdict = f"{shape}: it traded pass@{n} ({dn:+.3f}) for pass@1 ({d1:+.3f})"
+    else:
+        verdict = f"{shape} and better on both: pass@1 {d1:+.3f}, pass@{n} {dn:+.3f}"
+    return (f"What the trade means: against {baseline}, {method}'s model is {verdict} (one seed, at this scale). "
+            f"When entropy control pays, and how to find out on your task: {PAYOFF_PAGE}.")
+
+
+def format_table(results: list[dict], baseline: str = "grpo", n_problems: int | None = None) -> str:
+    """The demo's report: first what the control did (:func:`format_control_table`), then the held-out accuracy
+    (:func:`format_heldout_table`, ``n_problems`` held-out problems) and one line on what the trade means
+    (:func:`trade_line`), each where the results hold what it needs."""
+    parts = [format_control_table(results, baseline), format_heldout_table(results, n_problems),
+             _fill(trade_line(results, baseline), 100)]
+    return "\n\n".join(p for p in parts if p)
 
 
 def starting_entropy(model, tokenizer, problems, seed: int = 0, max_new_tokens: int | None = None) -> float:
@@ -413,15 +483,14 @@ def starting_entropy(model, tokenizer, problems, seed: int = 0, max_new_tokens: 
 
 
 def score_starting_model(model, tokenizer, settings: DemoSettings, test_problems, start_entropy: float) -> dict:
-    """The starting model's row (``method="base"``): held-out accuracy and pass@k as the trained runs get them."""
+    """The starting model's row (``method="base"``): pass@k as the trained runs get it (:data:`HELDOUT_DEFINITION`:
+    the same problems, samples and seed, so it is the learning curves' step 0)."""
     tb = settings.get_testbed()
     max_new = tb.grpo_config_kwargs().get("max_completion_length")
-    accuracy = testbed.evaluate_accuracy(model, tokenizer, test_problems, n_samples=settings.eval_samples,
-                                         temperature=1.0, seed=settings.seed, max_new_tokens=max_new, reward=tb.reward)
     pass_k = pass_at_k_curve(model, tokenizer, test_problems[: settings.pass_at_k_problems], n=settings.pass_at_k_n,
                              seed=settings.seed, reward=tb.reward, max_new_tokens=max_new)
-    return {"method": "base", "description": "the starting model, not trained", "heldout_accuracy": accuracy,
-            "pass_at_k": pass_k, "final_entropy": start_entropy}
+    return {"method": "base", "description": "the starting model, not trained", "pass_at_k": pass_k,
+            "final_entropy": start_entropy}
 
 
 def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
@@ -433,7 +502,7 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
     tb = settings.get_testbed()
     model, tokenizer = tb.load(settings.progress)
     train_ds, _ = tb.datasets(settings.seed)
-    test_problems = tb.heldout(settings.n_eval_problems, settings.seed)
+    test_problems = tb.heldout(settings.pass_at_k_problems, settings.seed)  # the held-out set (HELDOUT_DEFINITION)
     start = settings.target_start
     if start is None:
         start = starting_entropy(model, tokenizer, test_problems, settings.seed,
@@ -463,6 +532,9 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
                    # the pretraining recipe of a model built here (the tiny one); a pretrained testbed has none
                    "recipe": dict(tb.recipe.__dict__) if tb.recipe is not None else None,
                    "step_time_note": STEP_TIME_NOTE, "tracking_error_definition": TRACKING_ERROR_DEFINITION,
+                   "final_reward_definition": FINAL_REWARD_DEFINITION,
+                   "heldout_definition": HELDOUT_DEFINITION.format(n=settings.pass_at_k_n,
+                                                                   problems=len(test_problems)),
                    "results": summary}, f, indent=2)
     png = plot_entropy_curves({r["method"]: r for r in results}, os.path.join(settings.output_dir,
                                                                                 "entropy_curves.png"))
@@ -474,11 +546,17 @@ def run_demo(methods: list[str], settings: DemoSettings) -> list[dict]:
         curves_png = plot_heldout_curves(curves, os.path.join(settings.output_dir, "heldout_curves.png"))
         pass_png = f"{pass_png}, {curves_png}"
     print()
-    print(format_table(shown))
+    print(format_table(shown, n_problems=len(test_problems)))
     print()
-    print(f"pass@k on {min(settings.pass_at_k_problems, len(test_problems))} held-out problems, "
-          f"{settings.pass_at_k_n} samples each (temperature 1):")
-    print(format_pass_at_k(shown))
-    print(f"\nWrote {png}, {pass_png}, "
-          f"{os.path.join(settings.output_dir, 'metrics.jsonl')}, {os.path.join(settings.output_dir, 'summary.json')}")
+    print(wrote_line(settings, [r["method"] for r in results], [png, pass_png]))
     return results
+
+
+def wrote_line(settings: DemoSettings, methods: list[str], pictures: list[str]) -> str:
+    """The demo's closing line: every run's folder (its model card and pictures, and its model where
+    ``settings.keeps_models``), then the comparison's pictures, metrics.jsonl and summary.json."""
+    runs = os.path.join(settings.output_dir, "runs", "<method>") + os.sep
+    kept = ("model, model card and pictures" if settings.keeps_models
+            else "model card and pictures (no weights: --save_models keeps them)")
+    return (f"Wrote {runs} (each run's {kept}: {', '.join(methods)}), {', '.join(pictures)}, "
+            f"{os.path.join(settings.output_dir, 'metrics.jsonl')}, {os.path.join(settings.output_dir, 'summary.json')}")

@@ -217,7 +217,7 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
     Parameters:
         entropy_control (`str`, *optional*, defaults to `"none"`):
             Which entropy control to run. `"none"`: plain GRPO. `"entropy_bonus"`: a signed entropy coefficient under
-            feedback (this package's recommendation; see below). `"trl_adaptive"`: TRL's adaptive entropy coefficient
+            feedback (recommended to follow a schedule). `"trl_adaptive"`: TRL's adaptive entropy coefficient
             with its target driven by the schedule. `"adaptive_clip"`: adaptive clip-higher of Wang et al.
             (Entropy Scheduling), which moves `epsilon_high` so that the measured entropy tracks the scheduled target.
             `"clip_cov"` / `"kl_cov"`: Clip-Cov / KL-Cov of Cui et al. `"entrocraft"`: rollout rejection of Li et al.
