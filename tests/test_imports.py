@@ -13,7 +13,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 PACKAGE = "trl_entropy"
 # Top-level parts of the package that sit below the controls, the config, the trainer and the model card: they may
 # import one another, never anything above.
-LOWER = {"scheduling", "losses", "metrics", "_trl_private", "_paths", "_imports", "citations", "_version", "urls"}
+LOWER = {"scheduling", "losses", "metrics", "answer_diversity", "_trl_private", "_paths", "_imports", "citations",
+         "_version", "urls"}
 
 
 def _module_name(path: str) -> str:

@@ -85,9 +85,9 @@ def test_variant_gates_the_unsolved_groups_of_a_real_run(tmp_path, monkeypatch):
         calls[-1].update(term=term.detach(), coef=coef, grad=entropies.requires_grad, gate=gate.detach().clone())
         return term
 
-    def accumulate_spy(entropies, mask, generation=None, pull=None):
+    def accumulate_spy(entropies, mask, generation=None, pull=None, solved=None):
         calls[-1]["measured_mask"] = mask.detach().clone()
-        return type(trainer)._accumulate_entropy(trainer, entropies, mask, generation, pull)
+        return type(trainer)._accumulate_entropy(trainer, entropies, mask, generation, pull, solved)
 
     def loss_spy(model, inputs):
         out = type(trainer)._compute_loss(trainer, model, inputs)
@@ -188,11 +188,11 @@ def test_generation_batch_reading_is_the_unsolved_groups_over_the_whole_batch(tm
         batches.append(((gen * mask).sum() / mask.sum()).item() if mask.sum() > 0 else None)
         assert trainer._ec_generation_entropy == (pytest.approx(batches[-1]) if batches[-1] is not None else None)
 
-    def accumulate_spy(entropies, mask, generation=None, pull=None):
+    def accumulate_spy(entropies, mask, generation=None, pull=None, solved=None):
         assert generation is not None and generation.shape == mask.shape  # every step is paired
         steps.append(((entropies.detach() * mask).sum().item(), (generation * mask).sum().item(), mask.sum().item(),
                       batches[-1]))
-        return type(trainer)._accumulate_entropy(trainer, entropies, mask, generation, pull)
+        return type(trainer)._accumulate_entropy(trainer, entropies, mask, generation, pull, solved)
 
     observe = trainer.entropy_control.observe
 

@@ -7,10 +7,9 @@ and dotted import paths ``my_lib.rewards.f``), plus this package's names and ``m
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable
+
+from ._imports import import_callable
 
 __all__ = ["REWARD_FUNCTIONS", "TRL_REWARD_FUNCTIONS", "get_reward_function", "boxed_accuracy", "final_answer",
            "last_boxed"]
@@ -127,39 +126,6 @@ REWARD_FUNCTIONS: dict[str, Callable[[], Callable]] = {
 }
 
 
-def _import_reward(path: str) -> Callable:
-    """The function that `path` (`package.module:function` or `package.module.function`) names.
-
-    As `trl grpo` does, the current folder is searched too (last, so that it shadows no installed package): a
-    `my_rewards.py` next to the recipe is found as `my_rewards.f`. A missing module or function is a `ValueError`
-    that says which; an error inside the module itself (a missing dependency included) propagates as it is.
-    """
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"reward function {path!r}: write an import path as 'package.module:function' or "
-                         "'package.module.function'.")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        missing = err.name or ""
-        if module_name != missing and not module_name.startswith(missing + "."):
-            raise  # the module exists but one of its own imports is missing: its traceback says which
-        raise ValueError(f"reward function {path!r}: there is no module {module_name!r} (looked among the installed "
-                         f"packages and in {cwd}).") from err
-    func = getattr(module, attr, None)
-    if func is None:
-        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-                       and getattr(v, "__module__", None) == module.__name__)
-        hint = f" (its functions: {', '.join(found[:12])}{', ...' if len(found) > 12 else ''})" if found else ""
-        raise ValueError(f"reward function {path!r}: module {module_name!r} has no {attr!r}{hint}.")
-    if not callable(func):
-        raise ValueError(f"reward function {path!r}: {module_name}.{attr} is a {type(func).__name__}, not a function.")
-    return func
-
-
 def get_reward_function(name: str) -> Callable:
     """A reward function by name: this package's (`REWARD_FUNCTIONS`), TRL's (`TRL_REWARD_FUNCTIONS`, as
     `trl grpo --reward_funcs` takes them), or an import path `package.module:function` or `package.module.function`.
@@ -170,7 +136,7 @@ def get_reward_function(name: str) -> Callable:
     if name in REWARD_FUNCTIONS:
         return REWARD_FUNCTIONS[name]()
     if ":" in name or "." in name:
-        return _import_reward(name)
+        return import_callable(name, "reward function")
     ours = [n for n in REWARD_FUNCTIONS if n not in TRL_REWARD_FUNCTIONS]
     raise ValueError(f"reward function {name!r} is unknown; use one of {sorted(ours)}, one of TRL's "
                      f"{list(TRL_REWARD_FUNCTIONS)}, or an import path 'package.module:function' or "

@@ -37,6 +37,7 @@ __all__ = [
     "make_problems",
     "make_datasets",
     "accuracy_reward",
+    "extract_answer",
     "sample_completions",
     "evaluate_accuracy",
     "completion_entropy",
@@ -231,13 +232,17 @@ def make_datasets(recipe: TestbedRecipe = TestbedRecipe(), n_train: int = 4096, 
     return Dataset.from_list(train), Dataset.from_list(test)
 
 
-def _extract_answer(completion) -> str:
-    """The answer part of a completion: stripped, cut at an eos marker and at the first non-answer character."""
+def extract_answer(completion) -> str:
+    """The answer part of a completion: stripped, cut at an eos marker and at the first non-answer character. The
+    reward's reading, and the testbed's answer extractor (``answer_extractor``) for the answer-diversity metrics."""
     text = str(completion).split(EOS_TOKEN, 1)[0].strip()
     for i, ch in enumerate(text):
         if ch not in ANSWER_CHARS:
             return text[:i]
     return text
+
+
+_extract_answer = extract_answer  # the name benchmarks/ scripts import
 
 
 def accuracy_reward(completions, answer, **kwargs) -> list[float]:
@@ -249,7 +254,7 @@ def accuracy_reward(completions, answer, **kwargs) -> list[float]:
     """
     out = []
     for c, a in zip(completions, answer):
-        got = _extract_answer(c)
+        got = extract_answer(c)
         out.append(1.0 if got and got == str(a).strip() else 0.0)
     return out
 

@@ -45,6 +45,8 @@ class Testbed:
             none; the final pass@k is always taken).
         method_overrides: per demo method, config overrides for this testbed, on top of the control's own
             ``demo_overrides`` for it (the built-in testbeds set none).
+        answer_extractor: import path of the task's answer extractor (``GRPOEntropyConfig.answer_extractor``: a
+            completion's answer, as its reward reads it), for the answer-diversity metrics.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Testbed:
     curve_every: int | None = None
     recipe: Any = None  # the pretraining recipe of a model built here (the tiny testbeds); None for SmolLM2
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answer_extractor: str | None = None
 
 
 def _tiny(recipe=None) -> Testbed:
@@ -75,6 +78,7 @@ def _tiny(recipe=None) -> Testbed:
         grpo_config_kwargs=lambda **overrides: tb.grpo_config_kwargs(recipe, **overrides),
         demo_steps=300,
         recipe=recipe,
+        answer_extractor="trl_entropy.demo.testbed.extract_answer",
         # the demo's per-control settings on this testbed are the controls' own (EntropyControl.demo_overrides)
     )
 
@@ -113,6 +117,7 @@ def _smollm2_on(name: str, title: str, a_range, b_range, prefix: str) -> Testbed
         grpo_config_kwargs=addition.grpo_config_kwargs,
         base_model=gguf.HUB_ID,
         demo_steps=100,
+        answer_extractor="trl_entropy.testbeds.addition.first_line",
     )
 
 

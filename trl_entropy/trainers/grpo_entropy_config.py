@@ -13,14 +13,14 @@ from trl import GRPOConfig
 
 from .._paths import is_hub_model_id
 from ..controls import BUILTIN_SETTINGS
-from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls
-from ..controls._base import is_number as _is_number
+from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls, is_number as _is_number
 from ..controls._base import check_choice, did_you_mean, parse_control_settings, removed_setting
 from ..controls._covariance import COV_SCOPES  # noqa: F401 (kept importable from here)
 from ..controls.entrocraft import ENTROCRAFT_ENTROPY_SOURCES, ENTROCRAFT_MODES, ENTROCRAFT_NORMALIZERS  # noqa: F401
 from ..controls.positive_reweight import POSITIVE_REWEIGHT_SCHEDULES  # noqa: F401
 from ..losses.policy_loss import SUPPORTED_LOSS_TYPES
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, INITIAL, parse_entropy_value, schedule_label
+from .answers import AnswerSettings
 
 __all__ = [
     "GRPOEntropyConfig",
@@ -72,7 +72,6 @@ def _bool_field_names(cls) -> tuple[str, ...]:
             names[name] = _is_bool_annotation(annotation)
     init_fields = {f.name for f in fields(cls) if f.init}
     return tuple(n for n, is_bool in names.items() if is_bool and n in init_fields)
-
 
 
 def check_schedule_arity(fn) -> None:
@@ -207,7 +206,7 @@ class _InitSignature:
 
 
 @dataclass
-class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSettings, GRPOConfig):
+class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), AnswerSettings, _RunSettings, _ScheduleSettings, GRPOConfig):
     r"""
     Configuration for [`GRPOEntropyTrainer`]: every field of TRL's `GRPOConfig`, plus the entropy controls below.
     With `entropy_control="none"` (the default) training is exactly TRL's GRPO.
@@ -305,7 +304,8 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), _RunSettings, _ScheduleSett
     `trl_entropy.controls`): `EntropyBonusSettings`, `AdaptiveClipSettings`, `EntrocraftSettings`,
     `PositiveReweightSettings`, `WReinforceSettings`, `CovarianceSettings`, `ClipCovSettings`, `KLCovSettings`,
     `EntropicSettings`. Every field is a field of this config (and of `trl-entropy grpo`); a group's fields are
-    checked only when its control is chosen.
+    checked only when its control is chosen. The answer-diversity metrics' fields (`answer_extractor`,
+    `answer_full_reward`, every run) are `AnswerSettings`, documented in `trl_entropy.trainers.answers`.
 
     Clip-Cov and KL-Cov act through the importance ratio: fully on-policy (one optimizer step per generation batch,
     `num_iterations=1`) KL-Cov reduces to plain policy gradient and Clip-Cov only drops a few tokens' gradient; the

@@ -50,6 +50,7 @@ from ..scheduling.targets import (
     max_entropy,
     warn_if_end_looks_like_a_fraction,
 )
+from .answers import AnswerDiversityMixin, outcome_entropy_sums
 from .checkpoints import CONTROL_STATE_FILE, restore_control_state, write_card_and_pictures, write_control_state
 from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: importable from here too)
     METRIC_PREFIX,
@@ -69,7 +70,7 @@ def _clean_warning(message: str, category=RuntimeWarning) -> None:
     warnings.warn_explicit(message, category, filename="trl-entropy", lineno=0, module="trl_entropy")
 
 
-class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
+class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
     """GRPO with a schedulable policy entropy. Takes the same arguments as `trl.GRPOTrainer`.
 
     With `args.entropy_control="none"` it trains exactly as `GRPOTrainer` (same losses and weights for the same
@@ -113,8 +114,10 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         tools=None,
         rollout_func=None,
         environment_factory=None,
+        answer_extractor=None,
     ):
-        """The arguments of `trl.GRPOTrainer`, in its order (TRL 1.16), with `args` a `GRPOEntropyConfig`."""
+        """`trl.GRPOTrainer`'s arguments in its order (TRL 1.16), `args` a `GRPOEntropyConfig`; `answer_extractor`:
+        a function completion -> hashable answer for the answer-diversity metrics (trainers/answers.py)."""
         kwargs = dict(train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
                       reward_processing_classes=reward_processing_classes, callbacks=callbacks, optimizers=optimizers,
                       quantization_config=quantization_config, peft_config=peft_config, tools=tools,
@@ -144,9 +147,9 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         if self.use_vllm:
             vllm_cpu.stop_at_every_eos(self)
         self._init_fault_handling(args)  # guarded reward functions, fault counters (trainers/faults.py)
+        self._init_answer_metrics(args, answer_extractor)  # trainers/answers.py
         self.entropy_control = build_control(args)
-        # (Σ H·mask, Σ mask, Σ H_gen·mask, Σ mask where H_gen is known, the two pull sums, Σ mask where A != 0,
-        # Σ mask where the last three were counted) over this step's micro-batches
+        # this step's sums over its micro-batches, one vector (their layout: _accumulate_entropy)
         self._ec_window: torch.Tensor | None = None
         self._ec_pull = (0.0, 0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums) and token count
         self._ec_measured_se: float | None = None  # the step reading's standard error (measurement_standard_error)
@@ -447,29 +450,27 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
             logps, self._ec_captured_pull_logps = self._ec_captured_pull_logps, None
             if entropies is not None:
                 mask = inputs.get("ec_entropy_mask")
-                if mask is None:
-                    mask = inputs["completion_mask"]
-                    if "tool_mask" in inputs:
-                        mask = mask * inputs["tool_mask"]
+                mask = loss_mask(inputs) if mask is None else mask
                 pull = None
                 if getattr(control, "uses_pull_sums", False) and logps is not None and logps.shape == mask.shape:
                     weights = policy_token_weights(mask, self.loss_type, self.args.max_completion_length)
                     pull = torch.cat([entropy_pull_sums(logps, entropies, inputs["advantages"], mask, weights),
                                       signal_token_count(inputs["advantages"], mask).reshape(1),
                                       mask.float().sum().reshape(1)])
-                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), pull)
+                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), pull,
+                                         solved=inputs.get("ec_group_solved"))
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()
         return loss
 
-    def _accumulate_entropy(self, entropies: torch.Tensor, mask: torch.Tensor, generation=None, pull=None) -> None:
-        """Add one micro-batch to the step's sums: `entropy_sums` (4) then `entropy_pull_sums` (2),
-        `signal_token_count` and the tokens it counted over (zeros when ``pull`` is None), one vector so that the
-        step takes one collective."""
+    def _accumulate_entropy(self, entropies, mask, generation=None, pull=None, solved=None) -> None:
+        """Add one micro-batch to the step's sums, one vector so that the step takes one collective: `entropy_sums`
+        (4), `entropy_pull_sums` (2), `signal_token_count` and its token count (zeros when ``pull`` is None),
+        `sequence_spread_sums` (4), `outcome_entropy_sums` (4, by the rows' ``solved`` flags: trainers/answers.py)."""
         stats = entropy_sums(entropies, mask, generation)
-        stats = torch.cat([stats, torch.zeros(4, dtype=stats.dtype, device=stats.device) if pull is None
-                           else pull.to(device=stats.device, dtype=stats.dtype),
-                           sequence_spread_sums(entropies, mask).to(device=stats.device, dtype=stats.dtype)])
+        parts = (torch.zeros(4) if pull is None else pull, sequence_spread_sums(entropies, mask),
+                 outcome_entropy_sums(entropies, mask, solved))
+        stats = torch.cat([stats, *(part.to(device=stats.device, dtype=stats.dtype) for part in parts)])
         self._ec_window = stats if self._ec_window is None else self._ec_window + stats
 
     def _reduce_window(self) -> tuple[float, float, float | None]:
@@ -478,7 +479,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         and the signal fraction in `_ec_signal`."""
         window = self._ec_window
         if window is None:
-            window = torch.zeros(12, device=self.accelerator.device)
+            window = torch.zeros(16, device=self.accelerator.device)
         self._ec_window = None
         totals = self.accelerator.reduce(window, reduction="sum").tolist()  # one device-to-host copy
         count = float(totals[1])
@@ -487,6 +488,7 @@ class GRPOEntropyTrainer(FaultHandlingMixin, GRPOTrainer):
         # the signal fraction only where every micro-batch counted it (a partial count would read as a low one)
         self._ec_signal = float(totals[6]) / count if count > 0 and abs(totals[7] - count) <= 1e-6 * count else math.nan
         self._ec_measured_se = measurement_standard_error(measured, count, totals[8:12])
+        self._log_outcome_entropy(totals[12:16])  # trainers/answers.py: the token entropy of solved, unsolved groups
         return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4])
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
