@@ -1,7 +1,7 @@
 """Shared plumbing of the benchmark scripts: one training run through the demo runner, cached in a JSONL file.
 
 A long benchmark (hours on the SmolLM2 testbed) is a list of independent runs. Each finished run is appended to
-``--results`` as one JSON line, keyed by (testbed and its settings, label, seed, steps, configuration); rerunning
+``--results`` as one JSON line (gzip-compressed where the name ends in ``.gz``: ``benchmarks._cache``), keyed by (testbed and its settings, label, seed, steps, configuration); rerunning
 the script skips the runs
 already there, so an interrupted benchmark resumes where it stopped and the tables can be reprinted at no cost.
 
@@ -21,6 +21,7 @@ import statistics
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks._cache import append_row, read_rows  # noqa: E402
 from trl_entropy.controls import CONTROL_REGISTRY  # noqa: E402  (after the environment above)
 
 
@@ -124,15 +125,9 @@ def run_key(testbed: str, label: str, seed: int, steps: int, spec) -> str:
 
 
 def load_results(path: str | None) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    if path and os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    row = json.loads(line)
-                    out[row["key"]] = row
-    return out
+    """The runs cached in ``path`` (gzip JSON lines where the name ends in ``.gz``) by their key; a key cached twice
+    serves its last run."""
+    return {row["key"]: row for row in read_rows(path)}
 
 
 def on_gpu(tb) -> bool:
@@ -194,8 +189,7 @@ def cached_run(results: dict, path: str | None, *, testbed: str, label: str, see
     r = {k: v for k, v in r.items() if k not in ("pass_at_k",)}
     r.update(key=key, label=label, package_defaults=defaults)
     if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(r) + "\n")
+        append_row(path, r)
     results[key] = r
     return r
 

@@ -1,7 +1,7 @@
 """Where a law's tracking error comes from: the tracking table's metric split by phase of the run, each phase's signed
 offset, and the floor that the measurement's own noise puts under the metric.
 
-    python -m benchmarks.error_budget --results benchmarks/results/tracking_smollm2.jsonl \\
+    python -m benchmarks.error_budget --results benchmarks/results/tracking_smollm2.jsonl.gz \\
         --label "hold/entropy_bonus YLI" --seeds 0-17 [--phases 20,40,70,100]
 
 Reads the cache of ``tracking.py`` only; trains nothing. The metric (``tracking.smoothed_error``) is the mean, over

@@ -1,8 +1,8 @@
 """Paired differences between two laws on the same seeds, per group of cached runs and pooled over the groups.
 
     python -m benchmarks.paired --a "hold/entropy_bonus YLI" --b "hold/entropy_bonus" "hold/entropy_bonus OLD" \\
-        --group "CPU" benchmarks/results/tracking_smollm2.jsonl 0-17 \\
-        --group "GPU" benchmarks/results/tracking_smollm2_gpu.jsonl 0-14
+        --group "CPU" benchmarks/results/tracking_smollm2.jsonl.gz 0-17 \\
+        --group "GPU" benchmarks/results/tracking_smollm2_gpu.jsonl.gz 0-14
 
 Reads the caches of ``tracking.py --final_eval`` only (with ``--without_eval``, runs cached without it too: their
 tracking and reward are paired, their accuracy left empty); trains nothing. Each group is a cache and its seeds; a seed

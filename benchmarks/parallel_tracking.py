@@ -21,6 +21,7 @@ every run's cache, so that no run repeats it.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -40,7 +41,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def merge(workdir: str, merged: str) -> int:
-    """Write every finished row under ``workdir`` (one per key, first seen) to ``merged``; return the count."""
+    """Write every finished row under ``workdir`` (one per key, first seen) to ``merged`` (gzip-compressed where its
+    name ends in ``.gz``); return the count."""
     rows, seen = [], set()
     for name in sorted(os.listdir(workdir)):
         if not name.endswith(".jsonl"):
@@ -55,7 +57,7 @@ def merge(workdir: str, merged: str) -> int:
                     seen.add(row.get("key"))
                     rows.append(line if line.endswith("\n") else line + "\n")
     tmp = merged + ".tmp"
-    with open(tmp, "w") as f:
+    with (gzip.open(tmp, "wt") if merged.endswith(".gz") else open(tmp, "w")) as f:  # as benchmarks._cache reads it
         f.writelines(rows)
     os.replace(tmp, merged)
     return len(rows)

@@ -23,14 +23,16 @@ The base model is scored the same way (method ``base``, no training).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import sys
 import time
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "payoff_tiny.jsonl")
+from benchmarks._cache import MADE_WITH, PAYOFF_SMOLLM2, PAYOFF_TINY, PAYOFF_TINY_LEVELS, append_row, made_with_line
+from benchmarks._cache import provenance, read_rows
+
+RESULTS = PAYOFF_TINY
 TESTBED = "tiny_headroom"
 STEPS = 1000
 EVAL_EVERY = 100
@@ -248,10 +250,7 @@ def run_one(method: str, seed: int, steps: int = STEPS, eval_every: int = EVAL_E
 
 
 def _load(path=RESULTS) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_rows(path)
 
 
 def _seeds(text: str) -> list[int]:
@@ -265,8 +264,12 @@ def _seeds(text: str) -> list[int]:
 def run_cached(methods: str, seeds: str, results: str, run, base_seeds=None, by_seed: bool = False) -> None:
     """Run each (method, seed) that the JSON-lines cache ``results`` lacks with ``run(method, seed)``, appending each
     record as it ends (an interrupted study resumes). ``base_seeds``: the seeds of method ``base`` (default:
-    ``seeds``). Method by method, or with ``by_seed`` seed by seed (every method of a seed, then the next seed)."""
-    done = {(r["method"], r["seed"]) for r in _load(results)}
+    ``seeds``). Method by method, or with ``by_seed`` seed by seed (every method of a seed, then the next seed).
+
+    Each new record keeps the code that made it (``made_with``: the package's version, the git commit, the method's
+    settings). A cached run is keyed by (method, seed) alone, so that a study reads the runs it registered; one made
+    by another version of the package or with other settings is served as recorded, and said so."""
+    done = {(r["method"], r["seed"]): r for r in _load(results)}
     names = methods.split(",")
     for method in names:
         if method != "base" and method not in METHODS:
@@ -274,18 +277,31 @@ def run_cached(methods: str, seeds: str, results: str, run, base_seeds=None, by_
     todo = [(m, s) for m in names for s in (base_seeds if m == "base" and base_seeds is not None else _seeds(seeds))]
     if by_seed:
         todo.sort(key=lambda ms: ms[1])  # stable: the methods keep their order within a seed
+    now = provenance()
+    stale = []
     for method, seed in todo:
         if (method, seed) in done:
+            made = done[(method, seed)].get(MADE_WITH) or {}
+            if made.get("trl_entropy") != now["trl_entropy"] or made.get("settings") != _settings(method):
+                stale.append(f"{method} seed {seed} ({made.get('trl_entropy', 'version not recorded')})")
             continue
         record = run(method, seed)
-        os.makedirs(os.path.dirname(results), exist_ok=True)
-        with open(results, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        record[MADE_WITH] = provenance(_settings(method))
+        append_row(results, record)
         fin = record["final"]["all"]
         ks = sorted(fin["pass_at_k"], key=int)
         cells = " ".join(f"pass@{k} {fin['pass_at_k'][k]:.3f}" for k in ("1", "16", ks[-1]))
         print(f"{method} seed {seed}: {cells}"
               + f" greedy {fin['greedy']:.3f} H {fin['entropy']:.3f} ({record['wall_s']:.0f} s)", flush=True)
+    if stale:
+        print(f"served from {results} as recorded, made by another version of trl-entropy than this one "
+              f"({now['trl_entropy']}) or with other settings: {', '.join(stale)}. A new --results file runs them "
+              "again.", flush=True)
+
+
+def _settings(method: str) -> dict:
+    """The settings a method's run records (``made_with``): its config overrides (``METHODS``)."""
+    return {"method": method, "overrides": METHODS[method][1] if method in METHODS else None}
 
 
 def cmd_run(args):
@@ -331,6 +347,7 @@ def summary_table(records: list[dict]) -> str:
 
 def cmd_summary(args):
     records = _load(args.results)
+    print(made_with_line(records))
     print(summary_table(records))
     print()
     for other in [m for m in METHODS if m != "grpo"]:
@@ -728,7 +745,7 @@ def variant_figure(testbeds: list[tuple[str, list[dict]]], out_dir: str) -> str 
 # Study 9 (docs/payoff.md): three constant levels of the bonus, as fractions of the starting entropy. Its new runs
 # have their own cache, so study 1's tables keep the seeds they were registered with.
 LEVELS = {"bonus_hold_quarter": 0.25, "bonus_hold_half": 0.5, "bonus_hold": 1.0}
-LEVELS_RESULTS = os.path.join(os.path.dirname(RESULTS), "payoff_tiny_levels.jsonl")
+LEVELS_RESULTS = PAYOFF_TINY_LEVELS
 LEVEL_KS = ("1", "16", "64")
 
 
@@ -874,6 +891,7 @@ def levels_figure(records: list[dict], out_dir: str) -> str | None:
 
 def cmd_levels(args):
     records = level_records(_seeds(args.seeds))
+    print(made_with_line(records))
     print(levels_report(records))
     if args.out_dir:
         path = levels_figure(records, args.out_dir)
@@ -882,16 +900,16 @@ def cmd_levels(args):
 
 
 def cmd_report(args):
-    print(report(_load(args.results)))
+    records = _load(args.results)
+    print(made_with_line(records))
+    print(report(records))
 
 
 def cmd_figures(args):
-    from benchmarks.payoff_smollm2 import STUDIES
-
     records = _load(args.results)
     for path in figures(records, args.out_dir):
         print("wrote", path)
-    study5 = variant_figure([("tiny_headroom", records), ("smollm2_hard", _load(STUDIES["4"][1]))], args.out_dir)
+    study5 = variant_figure([("tiny_headroom", records), ("smollm2_hard", _load(PAYOFF_SMOLLM2["4"]))], args.out_dir)
     if study5:
         print("wrote", study5)
 

@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 
+from benchmarks._cache import PAYOFF_SMOLLM2, made_with_line
 from benchmarks.payoff import (
     LABELS,
     METHODS,
@@ -41,14 +42,12 @@ from benchmarks.payoff import (
     train_method,
 )
 
-_RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TESTBED = "smollm2_hard"
 STEPS = 60
 EVAL_EVERY = 20
 # study -> (learning rate, run cache). Study 3: issue 50's first SmolLM2 measurement's 5e-5 (stopped: every method
 # wrecked the model there); study 4: the testbed's own 1e-5, the rate its tracking benchmarks ran at.
-STUDIES = {"3": (5e-5, os.path.join(_RESULTS_DIR, "payoff_smollm2.jsonl")),
-           "4": (1e-5, os.path.join(_RESULTS_DIR, "payoff_smollm2_lr1e-5.jsonl"))}
+STUDIES = {"3": (5e-5, PAYOFF_SMOLLM2["3"]), "4": (1e-5, PAYOFF_SMOLLM2["4"])}
 STUDY = "4"
 N_FINAL_PROBLEMS, N_FINAL_SAMPLES = 64, 32
 N_CURVE_PROBLEMS, N_CURVE_SAMPLES = 32, 16
@@ -245,6 +244,12 @@ def paired_figure(records: list[dict], method: str, out_path: str, against: str 
     return save_figure(fig, out_path)
 
 
+def _cmd_report(a):
+    records = [r for r in _load(a.results) if a.seeds is None or r["method"] == "base" or r["seed"] in _seeds(a.seeds)]
+    print(made_with_line(records))
+    print(report(records))
+
+
 def _cmd_paired_figure(a):
     if a.method not in METHODS or a.method == "grpo":
         sys.exit(f"unknown method {a.method!r}; choose from {', '.join(m for m in METHODS if m != 'grpo')}")
@@ -268,8 +273,7 @@ def main(argv=None):
                                              base_seeds=[0], by_seed=a.by_seed))
     rp = sub.add_parser("report")
     rp.add_argument("--seeds", default=None, help="only these seeds (and the starting model), e.g. 200-215")
-    rp.set_defaults(func=lambda a: print(report([r for r in _load(a.results) if a.seeds is None or r["method"] == "base"
-                                                 or r["seed"] in _seeds(a.seeds)])))
+    rp.set_defaults(func=_cmd_report)
     f = sub.add_parser("figures")
     f.add_argument("--out_dir", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      "docs", "img"))

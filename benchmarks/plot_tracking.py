@@ -1,6 +1,6 @@
 """Pictures of cached tracking runs: measured entropy (10-step moving average) against the target, and the knob.
 
-    python -m benchmarks.plot_tracking --results benchmarks/results/tracking_smollm2.jsonl --testbed smollm2 \
+    python -m benchmarks.plot_tracking --results benchmarks/results/tracking_smollm2.jsonl.gz --testbed smollm2 \
         --seed 0 --methods grpo trl_adaptive_entropy entropy_bonus --out docs/img/tracking_smollm2_seed0.png
 
 One column per target (hold, wsd), three rows: entropy, knob and reward (10-step moving average of the logged
@@ -9,7 +9,7 @@ rewards; TRL logs one per generation batch, so each point averages the two or th
 With ``--seeds 0,1,...`` each curve is the mean over those seeds, with a band of ± one standard deviation (entropy
 and reward) around it: how a method tracks in general rather than on one draw, e.g.::
 
-    python -m benchmarks.plot_tracking --results benchmarks/results/tracking_smollm2_gpu.jsonl \
+    python -m benchmarks.plot_tracking --results benchmarks/results/tracking_smollm2_gpu.jsonl.gz \
         --seeds 0,1,2,3,4,5,6,7,8,9 --methods trl_adaptive_entropy entropy_bonus \
         --out docs/img/tracking_smollm2_gpu_10seeds.png
 """
@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 
+from benchmarks._cache import read_rows
 from benchmarks._runs import moving_average
 
 LABELS = {"grpo": "plain GRPO", "trl_adaptive_entropy": "TRL's rule (trl_adaptive)",
@@ -33,12 +34,10 @@ def label(method: str) -> str:
 
 def load(path: str, testbed: str, seed: int, label_suffix: str = "") -> dict:
     runs = {}
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            key = json.loads(row["key"])
-            if key[0] == testbed and key[2] == seed:
-                runs[key[1]] = row
+    for row in read_rows(path):
+        key = json.loads(row["key"])
+        if key[0] == testbed and key[2] == seed:
+            runs[key[1]] = row
     return runs
 
 

@@ -17,7 +17,7 @@ Reported per run:
   10-step moving average), the precision the issue tracker asks for;
 * raw err: the same without smoothing; settle: the first step from which the 10-step rolling relative error stays at
   or below 10% until the end ("–" if never).
-Runs are cached in `--results` (JSON lines): an interrupted benchmark resumes, and rerunning reprints the tables.
+Runs are cached in `--results` (JSON lines; gzip-compressed where the name ends in `.gz`): an interrupted benchmark resumes, and rerunning reprints the tables.
 
 `--final_eval` also evaluates each trained policy on every distinct problem (train and test splits): accuracy of 16
 sampled completions per problem at temperature 1 (what the final reward estimates, from ~30x more completions) and
@@ -251,8 +251,7 @@ EVAL_COLUMNS = ("train_sampled", "test_sampled", "train_greedy", "test_greedy")
 
 def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bool) -> dict | None:
     """``runner.policy_evaluation`` of the testbed's starting model, cached next to the runs."""
-    import json
-
+    from benchmarks._cache import append_row
     from benchmarks._runs import on_gpu, require_cuda, run_key
 
     from trl_entropy.testbeds import get_testbed
@@ -275,8 +274,7 @@ def start_eval(cache: dict, path: str | None, testbed_name: str, cached_only: bo
     ev = policy_evaluation(model, tokenizer, tb, tb.grpo_config_kwargs().get("max_completion_length"), 0)
     row = {"key": key, "label": "start/eval", "final_eval": ev}
     if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_row(path, row)
     cache[key] = row
     return ev
 

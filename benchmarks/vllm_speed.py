@@ -17,7 +17,7 @@ Engines, each in a child process of its own (a vLLM engine keeps the process's d
 vLLM runs in-process, as TRL's colocate mode starts it (``distributed_executor_backend="external_launcher"``).
 Reported per engine: the start time (vLLM: engine construction, with the compile warm-up; transformers: loading the
 model) and, per N, the median time of ``--repeats`` rounds after one warm-up round, and tokens per second. Each
-engine's result is appended to ``--results`` (JSON lines) and reused on the next run with the same settings.
+engine's result is appended to ``--results`` (gzip JSON lines) and reused on the next run with the same settings.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_RESULTS = os.path.join(ROOT, "benchmarks", "results", "vllm_speed.jsonl")
+DEFAULT_RESULTS = os.path.join(ROOT, "benchmarks", "results", "vllm_speed.jsonl.gz")
 ENGINES = ("transformers", "vllm-eager", "vllm-compiled", "vllm-bf16")
 VLLM_ENGINES = {  # engine name -> vLLM arguments beyond the common ones
     "vllm-eager": dict(dtype="float32", enforce_eager=True),
@@ -143,10 +143,9 @@ def main(argv=None) -> list[dict]:
     if args.child:
         print("RESULT " + json.dumps(child(args.child, settings)), flush=True)
         return []
-    cached = {}
-    if os.path.exists(args.results):
-        with open(args.results) as f:
-            cached = {row["key"]: row for row in map(json.loads, filter(str.strip, f))}
+    from benchmarks._cache import append_row, read_rows  # here: the child above runs as a script, without the package
+
+    cached = {row["key"]: row for row in read_rows(args.results)}
     rows = []
     for engine in args.engines:
         key = json.dumps([engine, settings, versions()], sort_keys=True)
@@ -161,9 +160,7 @@ def main(argv=None) -> list[dict]:
                 sys.exit(f"{engine} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
             row = dict(key=key, engine=engine, settings=settings, versions=versions(), machine=platform.machine(),
                        cpus=os.cpu_count(), load_before=round(load, 2), **json.loads(lines[-1][len("RESULT "):]))
-            os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
-            with open(args.results, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_row(args.results, row)
             cached[key] = row
         rows.append(cached[key])
     sequences = args.prompts * args.generations

@@ -236,7 +236,7 @@ def test_plot_tracking_draws_the_mean_over_seeds(tmp_path):
     from benchmarks import plot_tracking
 
     out = tmp_path / "mean.png"
-    plot_tracking.main(["--results", os.path.join(ROOT, "benchmarks", "results", "tracking_smollm2_gpu.jsonl"),
+    plot_tracking.main(["--results", os.path.join(ROOT, "benchmarks", "results", "tracking_smollm2_gpu.jsonl.gz"),
                         "--seeds", "0,1,2", "--methods", "trl_adaptive_entropy", "entropy_bonus", "--out", str(out)])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -1,6 +1,6 @@
 """Tracking against accuracy: every law measured with ``tracking.py --final_eval`` on the same seeds, one row each.
 
-    python -m benchmarks.archive.frontier [--results benchmarks/results/tracking_smollm2.jsonl] [--seeds 0,1,2]
+    python -m benchmarks.archive.frontier [--results benchmarks/results/tracking_smollm2.jsonl.gz] [--seeds 0,1,2]
                                   [--png docs/img/frontier_smollm2.png [--goal hold=10 wsd=15]]
 
 Reads the cache only; trains nothing. A label (target/method and its variant suffix, see docs/benchmarks.md) is a
@@ -19,11 +19,11 @@ than read.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from collections import defaultdict
 
+from benchmarks._cache import read_rows
 from benchmarks.tracking import smoothed_error
 
 TRL = "trl_adaptive_entropy"
@@ -37,11 +37,9 @@ def rows_by_label(path: str, seeds: list[int]) -> dict[str, dict[int, dict]]:
     """``{label: {seed: run}}`` for the runs with a final evaluation and a logged curve on ``seeds`` (the last
     cached run of a label and seed wins, as the cache serves it)."""
     out: dict[str, dict[int, dict]] = defaultdict(dict)
-    with open(path) as f:
-        for line in f:
-            run = json.loads(line)
-            if run.get("final_eval") and run.get("seed") in seeds and run.get("measured"):
-                out[run["label"]][run["seed"]] = run
+    for run in read_rows(path):
+        if run.get("final_eval") and run.get("seed") in seeds and run.get("measured"):
+            out[run["label"]][run["seed"]] = run
     return {label: runs for label, runs in out.items() if all(s in runs for s in seeds)}
 
 
@@ -114,7 +112,7 @@ def plot(rows: list[dict], path: str, goals: dict[str, float] | None = None) -> 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default="benchmarks/results/tracking_smollm2.jsonl")
+    p.add_argument("--results", default="benchmarks/results/tracking_smollm2.jsonl.gz")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--png", default=None, help="also draw the rows as a scatter into this PNG")
     p.add_argument("--goal", nargs="*", default=[], metavar="TARGET=PERCENT",

@@ -1,7 +1,7 @@
 """How much a trained policy's accuracy moves over the last optimizer steps of a run.
 
     python -m benchmarks.archive.late_policy --seeds 0 --targets hold --methods entropy_bonus [--label " NLI" --extra JSON]
-        [--eval_at 80,84,88,92,96,100] [--results benchmarks/results/late_policy_smollm2.jsonl]
+        [--eval_at 80,84,88,92,96,100] [--results benchmarks/results/late_policy_smollm2.jsonl.gz]
 
 The tracking benchmark evaluates each trained policy once, at the last step (`--final_eval`). A control that moves
 its coefficient hard near the end can leave that policy in a passing state, and the evaluation then reads the moment,
@@ -38,8 +38,8 @@ def main(argv=None) -> None:
     p.add_argument("--extra", default="{}", help="JSON {method: {config overrides}}, as tracking.py takes it")
     p.add_argument("--label", default="", help="suffix of the tracking run's label (to find it in its cache)")
     p.add_argument("--eval_at", default="80,84,88,92,96,100", help="comma-separated optimizer steps")
-    p.add_argument("--results", default="benchmarks/results/late_policy_smollm2.jsonl")
-    p.add_argument("--tracking_results", default="benchmarks/results/tracking_smollm2.jsonl")
+    p.add_argument("--results", default="benchmarks/results/late_policy_smollm2.jsonl.gz")
+    p.add_argument("--tracking_results", default="benchmarks/results/tracking_smollm2.jsonl.gz")
     p.add_argument("--output_dir", default="/tmp/trl_entropy_late")
     a = p.parse_args(argv)
     extra = json.loads(a.extra)

@@ -1,6 +1,6 @@
 """Where the feedback bonus's reward gap comes from: a regression over the cached SmolLM2 tracking runs.
 
-    python -m benchmarks.archive.reward_analysis [--results benchmarks/results/tracking_smollm2.jsonl] [--target hold]
+    python -m benchmarks.archive.reward_analysis [--results benchmarks/results/tracking_smollm2.jsonl.gz] [--target hold]
 
 Reads the cache only; trains nothing. Every cached run whose knob is the entropy coefficient (TRL's rule and every
 variant of the feedback bonus's law, see docs/benchmarks.md) on the given target is one observation:
@@ -27,11 +27,11 @@ with a penalty (c < 0).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 import numpy as np
 
+from benchmarks._cache import read_rows
 from benchmarks._runs import coefficient_stats, second_half_reward
 
 FEATURES = ("early H", "late H", "|c|")
@@ -47,29 +47,27 @@ def mean_reward(values) -> float:
 def observations(path: str, target: str) -> list[dict]:
     """One dict per distinct run: the features, outcomes, coefficient statistics and ``final_eval`` (or None)."""
     out, seen = [], set()
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            if row.get("knob_name") != "entropy_coef" or not row["label"].startswith(f"{target}/"):
-                continue
-            # the evaluated copy's cache key is the plain run's plus a marker (benchmarks/_runs.py)
-            same_training = row.get("key", "").replace(', "final_eval:v1"', "") or (row["label"], row["seed"])
-            if same_training in seen:
-                if row.get("final_eval"):  # the evaluated copy of a run already read: keep its evaluation
-                    next(o for o in out if o["key"] == same_training)["final_eval"] = row["final_eval"]
-                continue
-            seen.add(same_training)
-            measured = row["measured"]
-            reward = row["reward"]  # per step; None where no generation batch was scored
-            coef = coefficient_stats(row)
-            out.append({
-                "key": same_training, "final_eval": row.get("final_eval"), "mean c": coef["mean c"],
-                "|dc|": coef["|dc|"], "penalty share": coef["penalty share"], "|c|": coef["|c|"],
-                "label": row["label"], "seed": row["seed"],
-                "early H": statistics.mean(measured[:EARLY]), "late H": statistics.mean(measured[EARLY:]),
-                "final reward": row["final_reward"], "reward, last 20 steps": mean_reward(reward[-20:]),
-                "reward, second half": second_half_reward(row),
-            })
+    for row in read_rows(path):
+        if row.get("knob_name") != "entropy_coef" or not row["label"].startswith(f"{target}/"):
+            continue
+        # the evaluated copy's cache key is the plain run's plus a marker (benchmarks/_runs.py)
+        same_training = row.get("key", "").replace(', "final_eval:v1"', "") or (row["label"], row["seed"])
+        if same_training in seen:
+            if row.get("final_eval"):  # the evaluated copy of a run already read: keep its evaluation
+                next(o for o in out if o["key"] == same_training)["final_eval"] = row["final_eval"]
+            continue
+        seen.add(same_training)
+        measured = row["measured"]
+        reward = row["reward"]  # per step; None where no generation batch was scored
+        coef = coefficient_stats(row)
+        out.append({
+            "key": same_training, "final_eval": row.get("final_eval"), "mean c": coef["mean c"],
+            "|dc|": coef["|dc|"], "penalty share": coef["penalty share"], "|c|": coef["|c|"],
+            "label": row["label"], "seed": row["seed"],
+            "early H": statistics.mean(measured[:EARLY]), "late H": statistics.mean(measured[EARLY:]),
+            "final reward": row["final_reward"], "reward, last 20 steps": mean_reward(reward[-20:]),
+            "reward, second half": second_half_reward(row),
+        })
     return out
 
 
@@ -86,7 +84,7 @@ def fit(obs: list[dict], outcome: str) -> tuple[list[float], float]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default="benchmarks/results/tracking_smollm2.jsonl")
+    p.add_argument("--results", default="benchmarks/results/tracking_smollm2.jsonl.gz")
     p.add_argument("--target", default="hold")
     a = p.parse_args(argv)
     obs = observations(a.results, a.target)
