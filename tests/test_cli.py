@@ -225,6 +225,33 @@ def test_grpo_help_lists_trl_model_flags():
         assert flag in text
 
 
+def test_grpo_help_opens_with_the_recipe_flag_and_the_recipes():
+    """Issue 62: `trl-entropy grpo --help` (1,726 lines) never mentioned --config or the recipes."""
+    text = grpo_script.make_parser().format_help()
+    opening = text.split("options:", 1)[0]
+    assert opening.startswith("usage: trl-entropy grpo [--config RECIPE.yaml]")
+    assert "--config RECIPE.yaml reads a YAML file" in opening
+    flat = " ".join(opening.split())
+    names = sorted(n for n in os.listdir(os.path.join(ROOT, "recipes")) if n.endswith(".yaml"))
+    assert names and all(n in flat for n in names), "every recipe of recipes/ is named"
+    assert "--testbed tiny" in flat and "docs/cli.md" in flat
+
+
+def test_a_mistyped_choice_on_the_command_line_gets_the_close_match(capsys):
+    """Issue 62: `--entropy_control entropy-bonus` listed the choices without suggesting one, where the Python API
+    says "Did you mean 'entropy_bonus'?"."""
+    for argv, hint in ((["--entropy_control", "entropy-bonus"], "Did you mean 'entropy_bonus'?"),
+                       (["--testbed", "tiny-headroom"], "Did you mean 'tiny_headroom'?")):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["grpo", "--testbed", "tiny", *argv])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.strip().endswith(hint), err
+    with pytest.raises(SystemExit):
+        cli.main(["grpo", "--testbed", "huge"])
+    assert "Did you mean" not in capsys.readouterr().err  # nothing close: no suggestion
+
+
 def test_model_flags_become_model_init_kwargs():
     _, training_args, model_args, _ = grpo_script.parse_grpo_args(
         ["--config", TESTBED_YAML, "--dtype", "bfloat16", "--attn_implementation", "eager", "--model_revision", "r1",

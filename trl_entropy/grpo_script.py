@@ -10,6 +10,7 @@ have no default: a flag, the recipe (`--config`) or `--testbed` names them. Mist
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import warnings
@@ -140,23 +141,73 @@ class ModelArguments(ModelConfig):
     )
 
 
+SHORT_USAGE = "%(prog)s [--config RECIPE.yaml] [--testbed NAME] [--FLAG VALUE ...]"
+
+
+def recipes_folder() -> str | None:
+    """The repository's `recipes/` folder next to the package (a source checkout or an editable install), else None."""
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
+    return folder if os.path.isdir(folder) else None
+
+
+def help_description() -> str:
+    """What `trl-entropy grpo --help` says before the flags: `--config` and the recipes (those in `recipes/` where
+    the package sits in a checkout of the repository), then the flags that name the model, data and reward."""
+    import textwrap
+
+    from .urls import REPOSITORY_URL
+
+    folder = recipes_folder()
+    names = sorted(n for n in os.listdir(folder) if n.endswith((".yaml", ".yml"))) if folder else []
+    shown = os.path.relpath(folder) if folder and not os.path.relpath(folder).startswith("..") else folder
+    recipes = (f"The recipes in {shown}{os.sep}: {', '.join(names)}." if names else
+               f"The recipes are in the repository's recipes/ folder ({REPOSITORY_URL}/tree/main/recipes).")
+    text = ("`trl grpo` with GRPOEntropyTrainer. Start from a recipe: --config RECIPE.yaml reads a YAML file of "
+            "`key: value` lines, each key one of the flags below; a flag given with it overrides its key, e.g. "
+            "trl-entropy grpo --config recipes/testbed.yaml --max_steps 10. " + recipes + " Without a recipe, name "
+            "the model, the data and the reward: --model_name_or_path M --dataset_name D --reward_funcs F, or "
+            "--testbed tiny. More: docs/cli.md.")
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """TRL's '(default: X)' after each flag, and the description as written (its lines already wrapped)."""
+
+
 class _Parser(TrlParser):
     """TRL's parser whose argparse errors (a bad choice, a flag without its value) print a short usage line instead of
-    the full one, which lists some 270 flags."""
+    the full one, which lists some 270 flags; a bad choice gets the close match (" Did you mean 'entropy_bonus'?"),
+    as the Python API's checks give it."""
 
     def error(self, message):
-        self.exit(2, f"usage: {self.prog} [--config RECIPE.yaml] [--testbed NAME] [--FLAG VALUE ...]   "
-                     f"({self.prog} --help lists every flag)\n{self.prog}: error: {message}\n")
+        message += self._did_you_mean(message)
+        self.exit(2, f"usage: {SHORT_USAGE % dict(prog=self.prog)}   ({self.prog} --help lists every flag)\n"
+                     f"{self.prog}: error: {message}\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        import re
+
+        from .controls._base import did_you_mean
+
+        found = re.match(r"argument (\S+): invalid choice: (?:'(.*?)'|(\S+)) \(choose from", message)
+        if not found:
+            return ""
+        flags = set(found[1].split("/"))
+        action = next((a for a in self._actions if flags & set(a.option_strings)), None)
+        value = found[2] if found[2] is not None else found[3]
+        return did_you_mean(value, action.choices) if action is not None and action.choices else ""
 
 
 def make_parser(prog: str = "trl-entropy grpo"):
     """TRL's `TrlParser` over (ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig): YAML
-    `--config` plus flags, the same dataclasses as `trl grpo` with `GRPOEntropyConfig` in place of `GRPOConfig`."""
+    `--config` plus flags, the same dataclasses as `trl grpo` with `GRPOEntropyConfig` in place of `GRPOConfig`.
+    Its help opens with `--config` and the recipes (:func:`help_description`)."""
     from trl import DatasetMixtureConfig
 
     from .trainers import GRPOEntropyConfig
 
-    return _Parser((ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig), prog=prog)
+    return _Parser((ScriptArguments, GRPOEntropyConfig, ModelArguments, DatasetMixtureConfig), prog=prog,
+                   usage=SHORT_USAGE, description=help_description(), formatter_class=_HelpFormatter)
 
 
 def _did_you_mean(name: str, known, prefix: str = "") -> str:
