@@ -117,6 +117,38 @@ def test_a_reward_function_with_a_bad_output_is_named_with_what_it_returned(tmp_
     assert "expected a list of floats (or None for a completion it cannot score), one per completion" in str(err.value)
 
 
+def _wants_answer(completions, answer, **kwargs):
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+
+def _raises_type_error(completions, **kwargs):
+    raise TypeError("a bug inside the function")
+
+
+def test_a_reward_argument_that_no_column_provides_names_the_dataset_s_columns(tmp_path):
+    """Issue 62: it failed with "missing 1 required positional argument: 'answer'. To find the failing completion,
+    set reward_error_search=True", a hint that does not help."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(16)], "solution": [str(i + 1) for i in range(16)]})
+    trainer = make(tiny_args(tmp_path, max_steps=1), reward=_wants_answer, dataset=dataset)
+    with pytest.raises(TypeError, match=r"Reward function '_wants_answer' takes the argument 'answer', which no column "
+                                        r"of the dataset provides.*this dataset's columns are "
+                                        r"\['prompt', 'solution'\]\. Rename the argument") as err:
+        trainer.train()
+    assert "reward_error_search" not in str(err.value)
+
+
+def test_a_type_error_of_the_reward_s_own_keeps_the_usual_message():
+    from trl_entropy.trainers.faults import _guard_reward_function
+
+    guarded = _guard_reward_function(_raises_type_error, "_raises_type_error")
+    with pytest.raises(RuntimeError, match=r"'_raises_type_error' raised TypeError .*a bug inside the function"):
+        guarded(prompts=["1+1="], completions=["2"], completion_ids=[[1]], solution=["2"])
+    guarded = _guard_reward_function(_wants_answer, "_wants_answer")  # the column is there: it scores
+    assert guarded(prompts=["1+1="], completions=["2"], completion_ids=[[1]], answer=["2"]) == [1.0]
+
+
 def test_a_reward_list_of_the_wrong_length_gets_trls_error(tmp_path):
     """The count is TRL's check (its `_calculate_rewards` raises a ValueError naming the function); not repeated."""
     trainer = make(tiny_args(tmp_path, max_steps=1), reward=_too_short)

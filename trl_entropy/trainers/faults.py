@@ -112,7 +112,8 @@ def _guard_reward_function(reward_func, name: str, on_result=None, search: bool 
       to the original exception). The function is not called again: re-running it costs as much as the batch did
       (sandboxed, remote or paid rewards). With ``search=True`` (the config's ``reward_error_search``) the batch is
       re-scored one completion at a time to find the first failing one, and the error also gives its index in the
-      batch and the start of its prompt.
+      batch and the start of its prompt. A function that takes an argument no dataset column provides (``answer``
+      where the column is ``solution``) gets a ``TypeError`` naming it and listing the dataset's columns instead.
     * An output that is not a sequence of real numbers (or None) raises a ``TypeError`` naming the function, what it
       returned and what is expected (:func:`check_reward_output`); TRL checks the length.
     * An infinite reward is replaced by NaN, which is what TRL makes of ``None`` ("unscorable": excluded from the
@@ -132,6 +133,17 @@ def _guard_reward_function(reward_func, name: str, on_result=None, search: bool 
             rewards = reward_func(prompts=prompts, completions=completions, **kwargs)
         except Exception as err:
             n = len(completions)
+            missing = _missing_arguments(reward_func, kwargs) if isinstance(err, TypeError) else []
+            if missing:  # an argument named after a column the dataset lacks: say which columns it has
+                columns = ["prompt", *(k for k, v in kwargs.items() if isinstance(v, list) and len(v) == n
+                                       and k not in _PER_COMPLETION_EXTRAS)]
+                raise TypeError(
+                    f"Reward function {name!r} takes the argument{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(map(repr, missing))}, which no column of the dataset provides: a reward "
+                    f"function gets each column of the dataset by its name (the 'prompt' column as `prompts`), and "
+                    f"this dataset's columns are {columns}. Rename the argument to the column that holds it, give it "
+                    "a default, or add the column to the dataset."
+                ) from err
             if not search:
                 raise RuntimeError(
                     f"Reward function {name!r} raised {type(err).__name__} on a batch of {n} completion(s): {err}. "
@@ -152,6 +164,24 @@ def _guard_reward_function(reward_func, name: str, on_result=None, search: bool 
         return [math.nan if r is not None and math.isinf(r) else r for r in values]
 
     return wrapped
+
+
+# What TRL passes a reward function per completion besides the dataset's columns (not columns: left out of the list)
+_PER_COMPLETION_EXTRAS = ("completion_ids", "environments")
+
+
+def _missing_arguments(reward_func, kwargs) -> list[str]:
+    """The required parameters of ``reward_func`` that a call with ``prompts``, ``completions`` and ``kwargs`` (the
+    dataset's columns and what TRL adds) does not give, in signature order; [] when its signature cannot be read."""
+    import inspect
+
+    try:
+        params = inspect.signature(reward_func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    given = {"prompts", "completions", *kwargs}
+    return [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in given
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
 def _first_failing_index(reward_func, prompts, completions, kwargs) -> int | None:
