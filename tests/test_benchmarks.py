@@ -557,3 +557,74 @@ def test_the_paired_figure_is_drawn_from_the_seeds_both_methods_have_and_not_fro
     path = paired_figure(records, "bonus_wsd03_unsolved_pos", str(tmp_path / "pairs.png"))
     assert path and os.path.getsize(path) > 0
     assert paired_figure(records[:5], "bonus_wsd03_unsolved_pos", str(tmp_path / "one.png")) is None  # one pair
+
+
+def test_every_results_file_is_read_by_a_doc_or_a_benchmark_and_the_folder_stays_small():
+    """benchmarks/results/ holds what the docs' tables and the benchmarks read, compressed: a file nothing names is
+    dead weight in every clone (and each of its versions stays in the history)."""
+    import glob
+    import re
+
+    texts = []
+    for pattern in ("docs/**/*.md", "README.md", "benchmarks/**/*.py"):
+        for path in glob.glob(os.path.join(ROOT, pattern), recursive=True):
+            with open(path, encoding="utf-8") as f:
+                texts.append(f.read())
+    text = "\n".join(texts)
+    # `name.{txt,json}` in a doc names both files
+    text += "\n".join(f"{m.group(1)}.{ext}" for m in re.finditer(r"([\w.-]+)\.\{([\w,.]+)\}", text)
+                      for ext in m.group(2).split(","))
+    folder = os.path.join(ROOT, "benchmarks", "results")
+    names = sorted(os.listdir(folder))
+    assert names, "benchmarks/results/ is empty"
+    unread = [n for n in names if n not in text]
+    assert not unread, f"benchmarks/results/ files that no doc or benchmark names: {unread}"
+    plain = [n for n in names if n.endswith(".jsonl")]
+    assert not plain, f"run caches are stored gzip-compressed (.jsonl.gz, benchmarks/_cache.py): {plain}"
+    size = sum(os.path.getsize(os.path.join(folder, n)) for n in names)
+    assert size < 10 * 2**20, f"benchmarks/results/ holds {size / 2**20:.1f} MB (at most 10 MB)"
+
+
+def test_a_cache_appends_runs_compressed_or_plain_and_reads_them_back(tmp_path):
+    import gzip
+
+    from benchmarks._cache import append_row, read_rows
+
+    for name in ("runs.jsonl.gz", "runs.jsonl"):
+        path = str(tmp_path / "sub" / name)
+        assert read_rows(path) == []
+        append_row(path, {"key": "a", "x": [0.1, None]})
+        append_row(path, {"key": "b", "x": 1})
+        assert read_rows(path) == [{"key": "a", "x": [0.1, None]}, {"key": "b", "x": 1}]
+        assert _runs.load_results(path) == {"a": {"key": "a", "x": [0.1, None]}, "b": {"key": "b", "x": 1}}
+    with gzip.open(tmp_path / "sub" / "runs.jsonl.gz", "rt") as f:  # one gzip stream, members appended
+        assert len(f.read().splitlines()) == 2
+
+
+def test_payoff_runs_record_the_code_that_made_them_and_a_run_from_other_code_is_said(tmp_path, capsys):
+    from benchmarks import payoff
+    from benchmarks._cache import MADE_WITH, append_row, made_with_line, read_rows
+
+    from trl_entropy import __version__
+
+    def run(method, seed):
+        return {"method": method, "seed": seed, "wall_s": 1.0,
+                "final": {"all": {"pass_at_k": {"1": 0.5, "16": 0.9}, "greedy": 0.6, "entropy": 0.3}}}
+
+    path = str(tmp_path / "payoff.jsonl.gz")
+    payoff.run_cached("grpo,dapo", "0", path, run)
+    rows = read_rows(path)
+    assert [r[MADE_WITH]["trl_entropy"] for r in rows] == [__version__] * 2
+    assert rows[1][MADE_WITH]["settings"] == {"method": "dapo", "overrides": {"epsilon_high": 0.28}}
+    capsys.readouterr()
+    payoff.run_cached("grpo,dapo", "0", path, run)  # all cached, made by this code: served without a word
+    assert capsys.readouterr().out == ""
+    old = dict(rows[0], seed=1)
+    old.pop(MADE_WITH)
+    append_row(path, old)
+    payoff.run_cached("grpo", "0-1", path, run)
+    out = capsys.readouterr().out
+    assert "grpo seed 1 (version not recorded)" in out and "served" in out and "grpo seed 0" not in out
+    line = made_with_line(read_rows(path))
+    assert f"trl-entropy {__version__} at " in line
+    assert "an unrecorded version (cached before runs recorded it): 1" in line
