@@ -171,6 +171,7 @@ SLOW_TESTS = {
         "test_the_starting_model_is_scored_at_step_0_and_drawn_next_to_the_trained_one"},
     "test_examples.py": {"test_accelerate_example_runs_as_one_process", "test_lora_example_trains_an_adapter",
         "test_quickstart_example"},
+    "test_gpu_check.py": {"test_the_smoke_mode_runs_every_check_on_cpu"},
     "test_measurement.py": {"test_the_step_reading_reaches_the_bonus_noise_cap",
         "test_where_a_step_covers_its_generation_batch_it_equals_the_step_reading",
         "test_with_training_the_estimate_moves_with_the_policy"},
