@@ -34,6 +34,24 @@ def test_tokenizer_round_trip_special_tokens_and_left_padding():
     assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == "12+34="
 
 
+def test_tokenizer_refuses_characters_outside_its_alphabet_instead_of_encoding_them_as_pad(tmp_path):
+    """Issue 62: a prompt "reverse 47=" trained as `<pad><pad>... 47=` without a word."""
+    tok = tb.build_tokenizer()
+    for call in (lambda: tok("reverse 47="), lambda: tok(["1+1=", "reverse 47="], padding=True),
+                 lambda: tok.encode("reverse 47=")):
+        with pytest.raises(ValueError, match=r"has no token for ' ', 'e', 'r', 's', 'v' \(in 'reverse 47='\): its "
+                                             r"alphabet is the characters '0123456789\+=' plus <pad> and <eos>"):
+            call()
+    assert tok("12+34=46<eos>")["input_ids"][-1] == tok.eos_token_id  # the markers are part of the alphabet
+    # saved as a plain fast tokenizer: AutoTokenizer (a run folder's pipeline line) loads it without this package
+    from transformers import AutoTokenizer
+
+    tok.save_pretrained(tmp_path)
+    plain = AutoTokenizer.from_pretrained(tmp_path)
+    assert plain("12+3=")["input_ids"] == tok("12+3=")["input_ids"]
+    assert isinstance(tb.TestbedTokenizer.from_pretrained(tmp_path), tb.TestbedTokenizer)
+
+
 def test_make_problems_deterministic_correct_and_splits_disjoint():
     train = tb.make_problems(300, seed=3)
     assert train == tb.make_problems(300, seed=3)

@@ -24,12 +24,15 @@ import os
 from dataclasses import asdict, dataclass
 
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from .._paths import save_model_folder
 
 __all__ = [
     "TestbedRecipe",
     "build_tokenizer",
+    "TestbedTokenizer",
+    "check_alphabet",
     "build_model",
     "pretrain",
     "load_or_pretrain",
@@ -113,14 +116,67 @@ class TestbedRecipe:
 # Tokenizer and model
 
 
+def unknown_characters(text) -> list[str]:
+    """The characters of ``text`` (a string, or lists of them, nested) outside the testbed tokenizer's alphabet
+    (:data:`CHARS`; the ``<pad>`` and ``<eos>`` markers are allowed), sorted; ``None`` has none."""
+    if text is None:
+        return []
+    if not isinstance(text, str):
+        return sorted({c for t in text for c in unknown_characters(t)})
+    return sorted(set(text.replace(PAD_TOKEN, "").replace(EOS_TOKEN, "")) - set(CHARS))
+
+
+def check_alphabet(text) -> None:
+    """Raise a ``ValueError`` naming the characters of ``text`` that the testbed tokenizer has no token for (it would
+    encode each of them as ``<pad>``), the alphabet, and what to do."""
+    unknown = unknown_characters(text)
+    if not unknown:
+        return
+    texts = [text] if isinstance(text, str) else list(text)
+    first = next((t for t in texts if unknown_characters(t)), text)
+    raise ValueError(
+        f"The testbed tokenizer has no token for {', '.join(map(repr, unknown))} (in {first!r}): its alphabet is "
+        f"the characters {CHARS!r} plus {PAD_TOKEN} and {EOS_TOKEN}, and any other character would be encoded as "
+        f"{PAD_TOKEN}. Write the prompts with those characters (e.g. '12+34='), or train a model whose tokenizer "
+        "has them (e.g. --testbed smollm2)."
+    )
+
+
+class TestbedTokenizer(PreTrainedTokenizerFast):
+    """The testbed's character-level fast tokenizer (:func:`build_tokenizer`): every text it encodes is checked
+    against its alphabet first (:func:`check_alphabet`), since its vocabulary maps any other character to ``<pad>``.
+
+    Saved as a plain fast tokenizer (``tokenizer_class`` in ``tokenizer_config.json``), so ``AutoTokenizer`` and
+    ``pipeline`` load a saved testbed model without this package (and without the check).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def _encode_plus(self, text, text_pair=None, *args, **kwargs):
+        check_alphabet(text)
+        check_alphabet(text_pair)
+        return super()._encode_plus(text, text_pair, *args, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        files = super().save_pretrained(save_directory, *args, **kwargs)
+        config = os.path.join(save_directory, "tokenizer_config.json")
+        if os.path.exists(config):
+            with open(config, encoding="utf-8") as f:
+                values = json.load(f)
+            values["tokenizer_class"] = PreTrainedTokenizerFast.__name__
+            with open(config, "w", encoding="utf-8") as f:
+                json.dump(values, f, indent=2, ensure_ascii=False)
+        return files
+
+
 def build_tokenizer():
-    """Character-level fast tokenizer: every character of ``0-9 + =`` is one token, no special tokens added.
+    """Character-level fast tokenizer (a :class:`TestbedTokenizer`): every character of ``0-9 + =`` is one token, no
+    special tokens added; a text with any other character is refused with a ``ValueError`` (:func:`check_alphabet`).
 
     ``<pad>`` (id 0) is the pad token, ``<eos>`` (id 1) the eos token; padding is on the left, as GRPOTrainer needs
     for prompts. ``decode`` joins characters without spaces.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {PAD_TOKEN: 0, EOS_TOKEN: 1}
     for c in CHARS:
@@ -128,7 +184,7 @@ def build_tokenizer():
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    return TestbedTokenizer(
         tokenizer_object=backend, pad_token=PAD_TOKEN, eos_token=EOS_TOKEN, padding_side="left", model_max_length=512
     )
 
@@ -363,7 +419,7 @@ def load_or_pretrain(recipe: TestbedRecipe = TestbedRecipe(), cache_dir: str | N
     give the same objects. The entry is written to a temporary folder and renamed into place, so concurrent callers
     (e.g. several ranks) never read a half-written entry.
     """
-    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     root = cache_dir or default_cache_dir()
     path = os.path.join(root, recipe.cache_key())
@@ -372,7 +428,7 @@ def load_or_pretrain(recipe: TestbedRecipe = TestbedRecipe(), cache_dir: str | N
         model = pretrain(recipe, tokenizer, progress=progress)
         save_model_folder(model, tokenizer, root, recipe.cache_key(), _MARKER, asdict(recipe))
     model = Qwen2ForCausalLM.from_pretrained(path)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    tokenizer = TestbedTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     return model, tokenizer
 
