@@ -140,6 +140,7 @@ def tokenizer():
 #    (`deepspeed`) launches 2 processes, so it is `multiprocess` too.
 SLOW_TESTS = {
     "test_bad_inputs.py": {"test_a_lambda_schedule_survives_checkpoints_resume_and_save_model",
+        "test_fault_counters_survive_a_resume_and_each_checkpoint_writes_its_card_once",
         "test_a_short_wsd_run_trains_its_last_step_at_the_end_target_and_the_card_says_so",
         "test_batches_without_any_reward_spread_warn_once_that_only_the_entropy_term_trains",
         "test_card_and_pictures_report_the_entropy_the_control_acts_on_not_trls_kept_only_entropy"},

@@ -205,6 +205,32 @@ def test_unscorable_batches_only_warn_with_no_limit(tmp_path):
     assert history(trainer, "entropy_control/unscorable_batches") == [1.0, 2.0, 3.0]
 
 
+def test_fault_counters_survive_a_resume_and_each_checkpoint_writes_its_card_once(tmp_path, monkeypatch):
+    """The running totals (here: batches without any reward, non-finite rewards) continue from a checkpoint instead of
+    starting again at 0, with entropy_control="none" too; each checkpoint renders the model card once."""
+    import trl_entropy.model_card as model_card
+
+    renders = []
+    render = model_card.render_model_card
+    monkeypatch.setattr(model_card, "render_model_card", lambda *a, **k: renders.append(1) or render(*a, **k))
+    kwargs = dict(max_steps=4, max_unscorable_batches=None, save_strategy="steps", save_steps=2, entropy_plots=False)
+    straight = make(tiny_args(tmp_path / "a", **kwargs), reward=_all_nan)
+    with pytest.warns(RuntimeWarning):
+        straight.train()
+    assert len(renders) == 2  # checkpoints 2 and 4
+    assert history(straight, "entropy_control/unscorable_batches") == [1.0, 2.0, 3.0, 4.0]
+    with open(tmp_path / "a" / "checkpoint-2" / CONTROL_STATE_FILE) as f:
+        saved = json.load(f)
+    assert saved["entropy_control"] == "none" and saved["counters"]["_ec_unscorable_batches"] == 2
+    resumed = make(tiny_args(tmp_path / "a", **kwargs), reward=_all_nan)
+    with pytest.warns(RuntimeWarning):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
+    for key in ("unscorable_batches", "nonfinite_rewards"):
+        # the checkpoint's history (steps 1-2), then the resumed steps 3-4
+        assert history(resumed, f"entropy_control/{key}") == history(straight, f"entropy_control/{key}"), key
+    assert resumed._ec_unscorable_streak == straight._ec_unscorable_streak == 4
+
+
 def test_some_unscorable_completions_warn_with_the_function_and_nan(tmp_path, caplog):
     """Ours: the NaN, named with its function. TRL's: the warning for a row no reward function scored."""
     trainer = make(tiny_args(tmp_path, max_steps=2), reward=_first_nan)

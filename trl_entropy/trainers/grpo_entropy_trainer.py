@@ -162,6 +162,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
         self._ec_all_rejected = 0
+        self._ec_saving_checkpoint = False  # inside _save_checkpoint: the card is written already
         self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 20))
         self._ec_warned_saturation = False
         self.entropy_target: float | None = None
@@ -565,7 +566,10 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ model card, pictures, Hub
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None):
         """Writes trl-entropy's model card (method, parameters, schedule, outcome, pictures, citations) to
-        `output_dir/README.md`; called by `push_to_hub`."""
+        `output_dir/README.md`; called by `push_to_hub` (and by TRL's checkpoint save, where `_save_checkpoint` has
+        just written them: not again)."""
+        if self._ec_saving_checkpoint:
+            return
         write_card_and_pictures(self, self.args.output_dir, model_name=model_name)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
@@ -576,9 +580,15 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
         if self.args.should_save:
-            # before the Trainer's checkpoint push, which uploads output_dir: card and pictures go with every save
-            write_card_and_pictures(self, self.args.output_dir)
-        super()._save_checkpoint(model, trial)
+            # before the Trainer's checkpoint push, which uploads output_dir: card and pictures go with every save,
+            # once (the model card TRL's own _save_checkpoint asks for, through create_model_card, is this one)
+            name = self.args.hub_model_id.split("/")[-1] if self.args.hub_model_id else None
+            write_card_and_pictures(self, self.args.output_dir, model_name=name)
+        self._ec_saving_checkpoint = True
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._ec_saving_checkpoint = False
         if self.args.should_save:
             folder = os.path.join(
                 output_dir_for_checkpoint(self, trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
