@@ -1,19 +1,28 @@
 """Every control under the engines CPU cannot run, on a GPU machine: one table.
 
     python -m benchmarks.gpu_engines --out benchmarks/results/gpu_engines.md     # GPU machine: every run below
+    python -m benchmarks.gpu_engines --engines zero3 --controls entropy_bonus    # one engine, one control
     python -m benchmarks.gpu_engines --dry-run                                   # the plan and the launch commands
     python -m benchmarks.gpu_engines --cpu-smoke                                 # one worker on CPU, no engine
 
 What runs (each a short `accelerate launch` of this file's worker, 2 processes where the machine has 2+ GPUs, else
-1; a row of the table each):
+1; a row of the table each; ``--engines`` and ``--controls`` choose a subset):
 
-* every control (trl_entropy.CONTROL_REGISTRY) under DeepSpeed ZeRO-3 (all parameters partitioned) and under FSDP2
-  (recipes/accelerate/fsdp.yaml's settings), TRL's transformers generation;
+* every control (trl_entropy.CONTROL_REGISTRY, with benchmarks/gpu_check.py's settings) under DeepSpeed ZeRO-3 (all
+  parameters partitioned) and under FSDP2 (recipes/accelerate/fsdp.yaml's settings), TRL's transformers generation;
 * every control with ``use_vllm=True``, ``vllm_mode="colocate"``, under plain data parallelism;
-* every control with ``vllm_mode="server"``: `trl vllm-serve` is started on this machine (the last GPU; on a 1-GPU
-  machine the same GPU at a low memory share) and the trainer connects to it;
+* every control with ``vllm_mode="server"``, only where a second GPU exists: the server runs on the last GPU, started
+  as TRL 1.16 recommends (``VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --weight-transfer-config '{"backend": "nccl"}'
+  --logprobs-mode processed_logprobs --max-logprobs -1``; TRL's ``trl vllm-serve`` is deprecated and only runs that),
+  its output kept in ``--logs``/vllm-serve.log, and the trainer on the other GPUs connects to it. On one GPU the rows
+  say "skipped" and the commands for a machine with two are printed (NCCL refuses two ranks on one device);
 * the shipped GRPO recipes (recipes/*.yaml) on a 0.5B model (`--model`, default a randomly initialised
-  Qwen2.5-0.5B-shaped model written to a temporary folder: nothing is downloaded), a few steps each, under ZeRO-3.
+  Qwen2.5-0.5B-shaped model written to a temporary folder: nothing is downloaded), a few steps each, under ZeRO-3
+  (``--no-recipes`` leaves them out; ``--controls`` does too).
+
+What needs more GPUs than the machine has is not claimed: its rows are "skipped", and the commands a user with such a
+machine runs are printed after the table. With one GPU, ZeRO-3 and FSDP2 run as one process: the rows show that the
+engine starts and trains, not that ranks agree (the CPU stage checks that on 2 processes).
 
 Each row: the engine the trainer saw (trl_entropy.engines.running_engine), whether every rank logged the same
 ``entropy_control/*`` values at every step, the measured entropy of the first and last step, seconds per step, the
@@ -39,26 +48,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: one configuration per registered control, with a target the random model can be compared with
-CONTROL_SETTINGS = {
-    "adaptive_clip": {"entropy_schedule_start": "0.9*initial"},
-    "entrocraft": {"entropy_schedule_start": "0.9*initial"},
-    "positive_reweight": {"entropy_schedule_start": "0.9*initial"},
-    "w_reinforce": {},
-    "kl_cov": {"kl_cov_ratio": 0.01},
-    "clip_cov": {},
-    "entropic": {"entropy_schedule_start": "0.9*initial"},
-    "entropy_bonus": {"entropy_schedule_start": "0.9*initial"},
-    "trl_adaptive": {"entropy_schedule_start": "0.9*initial"},
-}
-
 ENGINES = ("zero3", "fsdp2", "vllm_colocate", "vllm_server")
+#: TRL 1.16's settings for a server its trainers talk to (trl/scripts/vllm_serve.py, build_command): NCCL weight
+#: transfer, log-probabilities after temperature and logit processing, no cap on returned log-probabilities.
+VLLM_SERVE_FLAGS = ("--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
+                    "--max-logprobs", "-1")
 
 
 def controls() -> list[str]:
     from trl_entropy.controls import CONTROL_REGISTRY
 
     return sorted(CONTROL_REGISTRY)
+
+
+def control_settings(name: str) -> dict:
+    """The configuration of a registered control: benchmarks/gpu_check.py's (a target at 0.9 of the model's own
+    starting entropy for a control that follows one)."""
+    from benchmarks.gpu_check import control_configs
+
+    settings = dict(control_configs()[name])
+    settings.pop("entropy_control")
+    return settings
 
 
 def accelerate_config(kind: str, processes: int, folder: str, cpu: bool = False) -> str:
@@ -114,15 +124,56 @@ def load_tokenizer(folder: str):
     return PreTrainedTokenizerFast.from_pretrained(folder)
 
 
-def plan(args) -> list[dict]:
+def plan(engines=ENGINES, names=None, recipes: bool = True) -> list[dict]:
+    """The runs, in order: each engine with each control (``names``: a subset), then the recipes under ZeRO-3."""
     runs = []
-    for engine in ENGINES:
+    for engine in engines:
         for name in controls():
-            runs.append({"kind": "control", "engine": engine, "control": name})
-    for recipe in sorted(os.listdir(os.path.join(ROOT, "recipes"))):
-        if recipe.endswith(".yaml") and recipe != "testbed.yaml":
-            runs.append({"kind": "recipe", "engine": "zero3", "recipe": os.path.join("recipes", recipe)})
+            if names is None or name in names:
+                runs.append({"kind": "control", "engine": engine, "control": name})
+    if recipes and "zero3" in engines:
+        for recipe in sorted(os.listdir(os.path.join(ROOT, "recipes"))):
+            if recipe.endswith(".yaml") and recipe != "testbed.yaml":
+                runs.append({"kind": "recipe", "engine": "zero3", "recipe": os.path.join("recipes", recipe)})
     return runs
+
+
+def needs_second_gpu(run: dict) -> bool:
+    return run["engine"] == "vllm_server"
+
+
+def vllm_serve_command(model: str, port: int, gpu_memory_utilization: float, host: str = "127.0.0.1") -> list[str]:
+    """`vllm serve` (this interpreter's vLLM) as TRL 1.16 recommends for a server its trainers connect to; run it with
+    ``VLLM_SERVER_DEV_MODE=1`` in the environment (its weight-transfer endpoints live behind vLLM's dev mode)."""
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", host, "--port", str(port),
+           "--gpu-memory-utilization", str(gpu_memory_utilization), *VLLM_SERVE_FLAGS]
+    try:
+        import importlib.metadata
+
+        from packaging.version import Version
+
+        if Version(importlib.metadata.version("vllm")) >= Version("0.30.0"):
+            cmd.append("--enable-scale-out")  # what TRL adds from vLLM 0.30 on (its client's multimodal routes)
+    except Exception:  # noqa: BLE001 - vLLM not installed here: the command as printed for a user
+        pass
+    return cmd
+
+
+def user_commands(skipped: list[dict], model: str) -> list[str]:
+    """What a user with a second GPU runs for the rows skipped here."""
+    if not skipped:
+        return []
+    names = sorted({r["control"] for r in skipped if r.get("control")})
+    serve = " ".join(["VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve", model, "--host 127.0.0.1 --port 8000",
+                      "--gpu-memory-utilization 0.8", "--weight-transfer-config '{\"backend\": \"nccl\"}'",
+                      "--logprobs-mode processed_logprobs --max-logprobs -1"])
+    return [
+        "# on a machine with 2+ GPUs, all of the skipped rows (this script starts the server on the last GPU):",
+        f"python -m benchmarks.gpu_engines --engines vllm_server --controls {','.join(names)}",
+        "# the server it starts there (by hand: then train on the other GPUs with --vllm_mode server",
+        "# --vllm_server_host 127.0.0.1 --vllm_server_port 8000):",
+        serve,
+    ]
 
 
 def _free_port() -> int:
@@ -168,7 +219,7 @@ def worker(spec: dict) -> dict:
         kw.update({k: v for k, v in recipe.items() if k in GRPOEntropyConfig.__dataclass_fields__})
     else:
         kw["entropy_control"] = spec["control"]
-        kw.update(CONTROL_SETTINGS.get(spec["control"], {}))
+        kw.update(control_settings(spec["control"]))
     if spec["engine"].startswith("vllm"):
         kw.update(use_vllm=True, vllm_mode=spec["engine"].split("_", 1)[1])
         if kw["vllm_mode"] == "server":
@@ -198,27 +249,33 @@ def worker(spec: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- the driver
-def start_vllm_server(model: str, port: int, gpus: int) -> subprocess.Popen:
-    """`trl vllm-serve` on the last GPU (on a 1-GPU machine, the same GPU at a low memory share); waits until it
-    answers its health check."""
+def start_vllm_server(model: str, port: int, gpu: int, log_path: str) -> subprocess.Popen:
+    """`vllm serve` (:func:`vllm_serve_command`) on GPU ``gpu``, its output in ``log_path``; waits until it answers
+    its health check."""
     import urllib.request
 
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(max(0, gpus - 1)))
-    cmd = ["trl", "vllm-serve", "--model", model, "--port", str(port), "--gpu_memory_utilization",
-           "0.3" if gpus == 1 else "0.8"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu), VLLM_SERVER_DEV_MODE="1")
+    log = open(log_path, "w")
+    proc = subprocess.Popen(vllm_serve_command(model, port, 0.8), env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+
+    def tail() -> str:
+        log.flush()
+        with open(log_path, errors="replace") as f:
+            return "".join(f.readlines()[-5:]).strip()
+
     deadline = time.time() + 600
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"trl vllm-serve exited with {proc.returncode}")
+            raise RuntimeError(f"vllm serve exited with {proc.returncode} (log: {log_path}): {tail()}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
             return proc
         except OSError:
             time.sleep(5)
     proc.kill()
-    raise RuntimeError("trl vllm-serve did not answer within 600 s")
+    raise RuntimeError(f"vllm serve did not answer within 600 s (log: {log_path}): {tail()}")
 
 
 def summarise(run: dict, out: str, processes: int, error: str | None) -> dict:
@@ -238,7 +295,7 @@ def summarise(run: dict, out: str, processes: int, error: str | None) -> dict:
 
 def table(rows: list[dict]) -> str:
     head = ["run", "engine", "processes", "engine_seen", "status", "entropy_first", "entropy_last",
-            "seconds_per_step", "peak_gib"]
+            "seconds_per_step", "peak_gib", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r.get(k) for k in head]
@@ -258,8 +315,22 @@ def main(argv=None) -> int:
     p.add_argument("--model", help="a model folder (default: a random Qwen2.5-0.5B-shaped model, written here)")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--engines", default=",".join(ENGINES), help=f"a subset of {','.join(ENGINES)}")
+    p.add_argument("--controls", default=None, help="a subset of the registered controls, comma-separated (leaves out "
+                   "the recipes)")
+    p.add_argument("--no-recipes", dest="recipes", action="store_false", help="leave out the recipes' ZeRO-3 runs")
+    p.add_argument("--logs", default=os.path.join(ROOT, "runs", "gpu_engines"),
+                   help="where the vLLM server's log is kept (vllm-serve.log)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "gpu_engines.md"))
     a = p.parse_args(argv)
+    engines = [e for e in a.engines.split(",") if e]
+    bad = sorted(set(engines) - set(ENGINES))
+    names = None if a.controls is None else [n for n in a.controls.split(",") if n]
+    unknown = sorted(set(names or ()) - set(controls()))
+    if bad or unknown:
+        print(f"gpu_engines: unknown {'engines ' + str(bad) if bad else ''}{' and ' if bad and unknown else ''}"
+              f"{'controls ' + str(unknown) if unknown else ''}; engines: {', '.join(ENGINES)}; controls: "
+              f"{', '.join(controls())}", file=sys.stderr)
+        return 2
     if a.worker:
         worker(json.loads(a.worker))
         return 0
@@ -285,34 +356,46 @@ def main(argv=None) -> int:
     import torch
 
     gpus = torch.cuda.device_count()
-    wanted = set(a.engines.split(","))
-    runs = [r for r in plan(a) if r["engine"] in wanted]
+    runs = plan(engines, names, recipes=a.recipes and names is None)
+    skipped = [r for r in runs if needs_second_gpu(r) and gpus < 2]
     if a.dry_run:
         processes = max(1, min(2, gpus))
         for run in runs:
             kind = {"zero3": "zero3", "fsdp2": "fsdp2"}.get(run["engine"], "ddp")
             cmd = launch_command(run, os.path.join(work, "configs", f"{kind}.yaml"), a.model or "<random 0.5B>",
                                  os.path.join(work, "<run>"), a.steps, 8000 if run["engine"] == "vllm_server" else None)
-            print(" ".join(cmd[:6]), "...", json.dumps(run))
-        print(f"{len(runs)} runs; {gpus} GPU(s) here; processes per run: {processes}")
+            note = "  (skipped here: needs a second GPU)" if run in skipped else ""
+            print(" ".join(cmd[:6]), "...", json.dumps(run) + note)
+        print(f"{len(runs)} runs ({len(skipped)} skipped here); {gpus} GPU(s) here; processes per run: {processes}")
+        for line in user_commands(skipped, a.model or "<model folder>"):
+            print(line)
         shutil.rmtree(work, ignore_errors=True)
         return 0
     if gpus == 0:
         print("gpu_engines: no CUDA device here; use --dry-run or --cpu-smoke on CPU.", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
         return 2
     model = a.model or write_model(os.path.join(work, "model"))
     rows = []
     server = None
+    log_path = os.path.join(a.logs, "vllm-serve.log")
     try:
         for i, run in enumerate(runs):
+            name = run.get("control") or run.get("recipe")
+            if run in skipped:
+                rows.append({"run": name, "engine": run["engine"], "processes": 0, "status": "skipped",
+                             "note": f"needs a second GPU ({gpus} here): the commands are below the table"})
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+                continue
             server_port = None
             train_gpus = gpus
             if run["engine"] == "vllm_server":
                 if server is None:
                     server_port = _free_port()
-                    server = (start_vllm_server(model, server_port, gpus), server_port)
+                    print(f"starting vllm serve on GPU {gpus - 1}, log: {log_path}", flush=True)
+                    server = (start_vllm_server(model, server_port, gpus - 1, log_path), server_port)
                 server_port = server[1]
-                train_gpus = max(1, gpus - 1)
+                train_gpus = gpus - 1
             processes = max(1, min(2, train_gpus))
             kind = {"zero3": "zero3", "fsdp2": "fsdp2"}.get(run["engine"], "ddp")
             config = accelerate_config(kind, processes, os.path.join(work, "configs"))
@@ -320,18 +403,24 @@ def main(argv=None) -> int:
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(g) for g in range(train_gpus)))
             proc = subprocess.run(launch_command(run, config, model, out, a.steps, server_port), env=env, cwd=ROOT,
                                   capture_output=True, text=True, timeout=1800)
-            rows.append(summarise(run, out, processes, proc.stderr if proc.returncode else None))
+            row = summarise(run, out, processes, proc.stderr if proc.returncode else None)
+            if processes == 1 and run["engine"] in ("zero3", "fsdp2"):
+                row["note"] = "1 process: the engine trains; ranks agreeing is not shown"
+            rows.append(row)
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     finally:
         if server is not None:
             server[0].kill()
         shutil.rmtree(work, ignore_errors=True)
     text = table(rows)
+    commands = user_commands(skipped, "<model folder>")
+    if commands:
+        text += "\n\nNot run here (needs a second GPU):\n\n```bash\n" + "\n".join(commands) + "\n```"
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         f.write(f"# benchmarks.gpu_engines, {gpus} GPU(s): {torch.cuda.get_device_name(0)}\n\n{text}\n")
     print(text)
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1
 
 
 if __name__ == "__main__":
