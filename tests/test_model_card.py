@@ -315,7 +315,7 @@ def test_the_card_shows_every_picture_it_writes_and_the_demo_s_final_reward(tmp_
         assert f"]({name})" in card, name
     assert card.index("](entropy_knob.png)") < card.index("## Target entropy schedule")  # under the knob's line
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    assert f"Final training reward: **{final_reward(rewards):.3f}** ({FINAL_REWARD_DEFINITION})." in card
+    assert f"Final training reward: **{final_reward(rewards):.3f}**, {FINAL_REWARD_DEFINITION}." in card
 
 
 def test_the_package_s_bibtex_points_at_its_repository():

@@ -454,7 +454,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         result += _tracking_error_text(history)
         rewards = _history_values(history, "reward")
         if rewards:  # the demo's table prints the same number: one definition (metrics.final_reward)
-            result += f" Final training reward: **{final_reward(rewards):.3f}** ({FINAL_REWARD_DEFINITION})."
+            result += f" Final training reward: **{final_reward(rewards):.3f}**, {FINAL_REWARD_DEFINITION}."
         result += _saturation_text(history) + _assist_text(history)
     else:
         result = "No training steps were logged."
