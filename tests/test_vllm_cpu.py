@@ -417,8 +417,8 @@ def test_a_plain_grpo_trainer_trains_with_the_two_public_functions(engine, tmp_p
 
 
 def _recipe_on_smollm2(path, output_dir):
-    """A vLLM recipe with SmolLM2 and its addition task substituted, CPU-sized: its control and that control's
-    settings, loss, KL and temperature stay as written."""
+    """A vLLM recipe with SmolLM2 and its addition task substituted, CPU-sized (float32: the GPU recipes load
+    bfloat16): its control and that control's settings, loss, KL and temperature stay as written."""
     from trl_entropy.grpo_script import build_grpo_trainer, parse_grpo_args
 
     overrides = ["--model_name_or_path", "smollm2", "--dataset_name", "smollm2_addition", "--reward_funcs",
@@ -426,6 +426,7 @@ def _recipe_on_smollm2(path, output_dir):
                  "--output_dir", str(output_dir), "--max_steps", "2", "--per_device_train_batch_size", "4",
                  "--gradient_accumulation_steps", "1", "--steps_per_generation", "2", "--num_generations", "4",
                  "--max_completion_length", "8", "--vllm_max_model_length", str(MAX_MODEL_LEN), "--bf16", "false",
+                 "--dtype", "float32",
                  "--gradient_checkpointing", "false", "--use_cpu", "true", "--report_to", "none",
                  "--save_strategy", "no", "--entropy_plots", "false", "--logging_steps", "1"]
     return build_grpo_trainer(*parse_grpo_args(["--config", path, *overrides]))
