@@ -101,19 +101,20 @@ def _has_carry(prompt: str) -> bool:
 class _AnswerDiversity:
     """A TRL reward function that scores like ``reward`` and records, per call (one generation batch), the mean
     number of distinct answers among the ``group`` completions of each prompt (``extract``: a completion's answer;
-    the tiny testbed's by default)."""
+    the tiny testbed's by default): :func:`trl_entropy.answer_diversity.mean_distinct_answers`, the definition of the
+    trainer's ``entropy_control/distinct_answers``."""
 
     def __init__(self, reward, group: int, extract=None):
         self.reward, self.group, self.distinct, self.extract = reward, group, [], extract
         self.__name__ = getattr(reward, "__name__", "reward")
 
     def __call__(self, completions, answer, **kwargs):
-        from trl_entropy.demo.testbed import _extract_answer
+        from trl_entropy.answer_diversity import mean_distinct_answers
+        from trl_entropy.demo.testbed import extract_answer
 
         if "trainer_state" in kwargs:  # GRPOTrainer's rollouts; PassAtKCallback's scoring passes no trainer state
-            got = [(self.extract or _extract_answer)(c) for c in completions]
-            groups = [got[i : i + self.group] for i in range(0, len(got), self.group)]
-            self.distinct.append(statistics.fmean(len(set(g)) for g in groups))
+            got = [(self.extract or extract_answer)(c) for c in completions]
+            self.distinct.append(mean_distinct_answers(got, self.group))
         return self.reward(completions, answer, **kwargs)
 
 
@@ -134,6 +135,7 @@ def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int 
     by carry / no carry, from ``n`` samples per problem at temperature 1. ``reward``: the testbed's TRL reward (the
     tiny testbed's by default); ``answer_of``: a completion's answer, for the distinct answers (the text itself by
     default)."""
+    from trl_entropy.answer_diversity import distinct_answers
     from trl_entropy.demo import testbed as tbm
     from trl_entropy.metrics import pass_at_k
 
@@ -158,7 +160,8 @@ def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int 
             "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, counts[i], k) for i in idx) for k in ks},
             "greedy": statistics.fmean(greedy[i] for i in idx),
             "entropy": statistics.fmean(x for i in idx for j in range(n) for x in ents[i * n + j]),
-            "distinct_answers": statistics.fmean(len({answer_of(t) for t in texts[i * n : (i + 1) * n]}) for i in idx),
+            "distinct_answers": statistics.fmean(distinct_answers([answer_of(t) for t in texts[i * n : (i + 1) * n]])
+                                                 for i in idx),
         }
     out["per_problem_correct"] = counts
     out["samples"] = n

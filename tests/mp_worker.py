@@ -4,8 +4,9 @@
 
 Runs each named control in turn in one launch (starting two processes and importing TRL costs more than a 4-step
 run: one launch for every control keeps the suite short) and writes, per control and rank, ``OUT_DIR/CONTROL/rank
-R.json``: the control's state, the knob and the logged entropy_control metrics after every optimizer step, or the
-error that ended that control's run (the other controls still run).
+R.json``: the control's state, the knob and the logged entropy_control metrics after every optimizer step, what the
+rank's reward function scored (answers and rewards per generation batch), or the error that ended that control's run
+(the other controls still run).
 """
 
 import json
@@ -35,6 +36,24 @@ from trl_entropy import GRPOEntropyTrainer  # noqa: E402
 CONTROLS = CONTROL_CONFIGS
 
 
+class RewardLog:
+    """`count_ones_reward`, recording what this rank scored in each training generation batch: its completions'
+    answers (by the trainer's answer extractor) and rewards, in its own order."""
+
+    __name__ = "count_ones_reward"
+
+    def __init__(self):
+        self.trainer = None
+        self.batches = []
+
+    def __call__(self, completions, **kwargs):
+        rewards = count_ones_reward(completions)
+        if "trainer_state" in kwargs:
+            self.batches.append({"answers": [self.trainer.answer_extractor(c) for c in completions],
+                                 "rewards": rewards})
+        return rewards
+
+
 class Recorder(TrainerCallback):
     def __init__(self):
         self.trainer = None
@@ -60,8 +79,10 @@ def run_one(name, out_dir):
     model = tiny_model_or_path(CONTROLS[name], os.path.join(out_dir, "tiny-model"))
     if isinstance(model, str) and torch.distributed.is_initialized():
         torch.distributed.barrier()
-    trainer = GRPOEntropyTrainer(model=model, reward_funcs=count_ones_reward, args=args,
+    reward = RewardLog()
+    trainer = GRPOEntropyTrainer(model=model, reward_funcs=reward, args=args,
                                  train_dataset=tiny_dataset(), processing_class=tiny_tokenizer())
+    reward.trainer = trainer
     rec = Recorder()
     rec.trainer = trainer
     trainer.add_callback(rec)
@@ -72,7 +93,8 @@ def run_one(name, out_dir):
     metrics = [{k: v for k, v in h.items() if k.startswith("entropy_control/")} for h in trainer.state.log_history]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"world_size": trainer.accelerator.num_processes, "rows": rec.rows, "metrics": metrics,
-                   "local_windows": local_windows}, f)
+                   "local_windows": local_windows, "scored": reward.batches,
+                   "num_generations": trainer.num_generations}, f)
 
 
 def _exit_cleanly() -> None:

@@ -105,7 +105,8 @@ def test_the_settings_are_checked_when_the_config_is_built(tmp_path):
         tiny_args(tmp_path, answer_full_reward=math.inf)
 
 
-def test_each_testbed_names_an_answer_extractor_that_imports():
+def test_each_testbed_names_an_answer_extractor_that_imports(tmp_path):
+    from trl_entropy import grpo_script
     from trl_entropy._imports import import_callable
     from trl_entropy.demo.testbed import extract_answer
     from trl_entropy.testbeds import TESTBEDS
@@ -115,6 +116,11 @@ def test_each_testbed_names_an_answer_extractor_that_imports():
                   TESTBEDS.items()}
     assert extractors["tiny"] is extractors["tiny_headroom"] is extract_answer
     assert extractors["smollm2"] is extractors["smollm2_hard"] is first_line
+    # `trl-entropy grpo --testbed NAME` fills it in, unless a flag or the recipe names one
+    flags = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--testbed", "tiny_headroom"]
+    assert grpo_script.parse_grpo_args(flags)[1].answer_extractor == TESTBEDS["tiny_headroom"]().answer_extractor
+    mine = "trl_entropy.testbeds.addition:first_line"
+    assert grpo_script.parse_grpo_args(flags + ["--answer_extractor", mine])[1].answer_extractor == mine
 
 
 def _train(tmp_path, reward, **kwargs):

@@ -186,6 +186,17 @@ def test_zero_ranks_agree_and_match_ddp(request, stage, name, ddp_runs):
     assert d0["engine"]["engine"] == "MULTI_CPU"
     assert _measured(r0)[0] == pytest.approx(_measured(d0)[0], rel=1e-6)
     assert _measured(r0) == pytest.approx(_measured(d0), rel=1e-5)
+    # answer diversity (issue 64): both generation batches' group metrics, identical on both ranks (checked above
+    # with every metric) and, for the first batch (the same completions), the DDP run's; the token split every step
+    answers = [_answer_metrics(row) for _, row in r0["metrics"] if "entropy_control/distinct_answers" in row]
+    assert len(answers) == 2 and answers[0] == [_answer_metrics(row) for _, row in d0["metrics"]
+                                                if "entropy_control/distinct_answers" in row][0]
+    assert all("entropy_control/measured_solved" in row or "entropy_control/measured_unsolved" in row
+               for _, row in r0["metrics"] if "entropy_control/measured" in row)
+
+
+def _answer_metrics(row: dict) -> dict:
+    return {k: v for k, v in row.items() if "answer" in k or k.endswith("/solved_groups")}
 
 
 @pytest.mark.parametrize("name", NAMES)

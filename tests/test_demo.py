@@ -56,6 +56,12 @@ def test_run_demo_compare_writes_outputs(tmp_path, monkeypatch, capsys):
         assert f"Final training reward: **{r['final_reward']:.3f}**" in run_card, r["method"]
         assert f"{r['final_reward']:>12.3f}" in out
     assert "pass@k on held-out problems" in card and f"| pass@k | {ac_pass[1]:.3f} |" in card
+    # answer diversity (issue 64): the table's columns, plain GRPO's from its reward function's view, the controls'
+    # from GRPOEntropyTrainer's metrics; the cards show them too
+    assert "solv/unsolv" in out and "distinct answers in a group" in " ".join(out.split())
+    for r in results:
+        assert 1.0 <= r["final_answers"]["distinct_answers"] <= 8.0, r["method"]
+        assert "Answer diversity in a group" in (tmp_path / "out" / "runs" / r["method"] / "README.md").read_text()
     # the plain TRL run's folder is not empty: pictures and a card
     folder = tmp_path / "out" / "runs" / "grpo"
     assert {"README.md", "entropy_curves.png", "reward.png", "pass_at_k.png"} <= set(os.listdir(folder))

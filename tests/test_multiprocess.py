@@ -12,6 +12,8 @@ import pytest
 import torch
 from conftest import CONTROL_CONFIGS
 
+from trl_entropy.answer_diversity import answer_diversity, solved_groups
+
 HERE = os.path.dirname(__file__)
 pytestmark = pytest.mark.multiprocess  # out of the fast tier: -m "not multiprocess"
 
@@ -77,6 +79,26 @@ def test_two_processes_agree_at_every_step(every_control_on_two_processes, contr
     assert len(r0["rows"]) == 4
     assert r0["rows"] == r1["rows"]  # knob, controller state, measured entropy and target: bit-identical
     assert r0["metrics"] == r1["metrics"]
+    # answer diversity (issue 64): each generation batch's group metrics are those of both ranks' completions together
+    # (rank 0's, then rank 1's: TRL's order of the gathered batch), logged the same on both ranks (checked above)
+    logged = [m for m in r0["metrics"] if "entropy_control/distinct_answers" in m]
+    assert len(logged) == len(r0["scored"]) == len(r1["scored"]) == 2  # 4 steps, steps_per_generation=2
+    n = r0["num_generations"]
+
+    def diversity(batch):
+        return answer_diversity(batch["answers"], solved_groups(batch["rewards"], n, 1.0), n)
+
+    def answer_metrics(m):
+        return {k.split("/", 1)[1]: v for k, v in m.items() if "answer" in k or k.endswith("/solved_groups")}
+
+    for m, b0, b1 in zip(logged, r0["scored"], r1["scored"]):
+        both = {"answers": b0["answers"] + b1["answers"], "rewards": b0["rewards"] + b1["rewards"]}
+        assert answer_metrics(m) == pytest.approx(diversity(both))
+    # rank 0's half alone reads otherwise in some batch: the check above tells the gathered batch from a local one
+    assert any(answer_metrics(m) != pytest.approx(diversity(b0)) for m, b0 in zip(logged, r0["scored"]))
+    for m in (m for m in r0["metrics"] if "entropy_control/measured" in m):  # the token split brackets the whole
+        split = [m[k] for k in ("entropy_control/measured_solved", "entropy_control/measured_unsolved") if k in m]
+        assert split and min(split) - 1e-6 <= m["entropy_control/measured"] <= max(split) + 1e-6
     # the measured entropy is what one process holding both ranks' tokens would compute: total sum / total count
     # (not the mean of the two ranks' means, which differs whenever the ranks hold different token counts)
     assert len(r0["local_windows"]) == len(r1["local_windows"]) == 4

@@ -276,7 +276,7 @@ def training_figures(log_history: list[dict]) -> dict:
     """The training pictures of ``log_history`` as ``{file name: matplotlib Figure}``, without writing anything.
 
     ``entropy_curves.png`` (the entropy the control acts on, ``entropy_control/measured``, else TRL's ``entropy``,
-    against the target), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png``, ``pass_at_k.png``
+    against the target; below it, where logged, the distinct answers per group on solved and unsolved groups), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png``, ``pass_at_k.png``
     (the last few pass@k evaluations, and the starting model's where it was evaluated at step 0) and
     ``heldout_curves.png`` (held-out pass@k against the step, from two evaluations on); each only when the history
     holds its series. Short series are drawn with
@@ -289,7 +289,10 @@ def training_figures(log_history: list[dict]) -> dict:
     if not steps:
         steps, measured = _series(log_history, "entropy")
     if steps:
-        fig, axes = new_figure(figsize=(6.4, 3.8))
+        answers = [(label, *_series(log_history, f"entropy_control/distinct_answers_{part}"))
+                   for part, label in (("solved", "solved groups"), ("unsolved", "unsolved groups"))]
+        answers = [(label, s, v) for label, s, v in answers if s]
+        fig, axes = new_figure(2 if answers else 1, 1, figsize=(6.4, 6.6 if answers else 3.8))
         ax = axes[0, 0]
         ax.plot(steps, measured, label="measured entropy", lw=1.5, **line_style(len(steps)))
         t_steps, target = _series(log_history, "entropy_control/target")
@@ -300,6 +303,15 @@ def training_figures(log_history: list[dict]) -> dict:
         ax.set_title("Policy entropy vs target")
         integer_step_axis(ax)
         ax.legend()
+        if answers:  # the answers' diversity (issue 64): is the entropy exploration, and where does it sit?
+            ax = axes[1, 0]
+            for (label, s, v), color in zip(answers, ("C2", "C3")):
+                ax.plot(s, v, color=color, label=label, lw=1.2, **line_style(len(s)))
+            ax.set_xlabel("optimizer step")
+            ax.set_ylabel("distinct answers per group")
+            ax.set_title("Answer diversity (solved: a fully rewarded answer in the group)")
+            integer_step_axis(ax)
+            ax.legend()
         figures["entropy_curves.png"] = fig
     knobs = [(k, *_series(log_history, f"entropy_control/{k}")) for k in _KNOBS]
     knobs = [(k, s, v) for k, s, v in knobs if s]

@@ -70,8 +70,8 @@ class ScriptArguments(TrlScriptArguments):
             `trl grpo`.
         testbed (`str`, *optional*):
             `"tiny"`, `"tiny_headroom"`, `"smollm2"` or `"smollm2_hard"`: fills whichever of `model_name_or_path`,
-            `dataset_name` and `reward_funcs` is not
-            set with that testbed's model, task and reward.
+            `dataset_name`, `reward_funcs` and `answer_extractor` is not set with that testbed's model, task, reward
+            and answer extractor.
         entropy_control_module (`list[str]`, *optional*):
             Modules to import before the flags are parsed, e.g. `my_pkg.my_controls`, so that the controls they
             register with `trl_entropy.register_control` are valid values of `entropy_control`. The current folder
@@ -108,8 +108,8 @@ class ScriptArguments(TrlScriptArguments):
                           "'testbed_headroom', the tiny model warmed up to drop most carries, with the same dataset "
                           "and reward), 'smollm2' (model 'smollm2', dataset and reward 'smollm2_addition') or "
                           "'smollm2_hard' (the same model and reward, dataset 'smollm2_addition_hard': a two-digit "
-                          "number plus a digit); fills whichever of "
-                          "--model_name_or_path, --dataset_name and --reward_funcs is not given."},
+                          "number plus a digit); fills whichever of --model_name_or_path, --dataset_name, "
+                          "--reward_funcs and --answer_extractor is not given."},
     )
     entropy_control_module: list[str] | None = field(
         default=None,
@@ -287,6 +287,10 @@ def _testbed_and_required(values, recipe: str | None = None) -> dict:
         for key, value in TESTBEDS[values.testbed].items():
             if not getattr(values, key) and not (key == "dataset_name" and values.datasets):
                 fills[key] = list(value) if isinstance(value, list) else value
+        if not values.answer_extractor:  # the task's answers, for the answer-diversity metrics
+            from .testbeds import get_testbed
+
+            fills["answer_extractor"] = get_testbed(values.testbed).answer_extractor
 
     def named(key):
         return fills.get(key) or getattr(values, key)

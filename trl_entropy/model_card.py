@@ -231,6 +231,32 @@ def _history_values(history, key):
     return [h[key] for h in history if key in h and isinstance(h[key], (int, float)) and math.isfinite(h[key])]
 
 
+# The answer-diversity rows of the card (docs/metrics.md, "Answer diversity"): (metric, what the row says).
+ANSWER_ROWS = (("distinct_answers_solved", "distinct answers, solved groups"),
+               ("distinct_answers_unsolved", "distinct answers, unsolved groups"),
+               ("answer_entropy_solved", "answer entropy (nats), solved groups"),
+               ("answer_entropy_unsolved", "answer entropy (nats), unsolved groups"),
+               ("measured_solved", "token entropy (nats), solved groups"),
+               ("measured_unsolved", "token entropy (nats), unsolved groups"),
+               ("solved_groups", "share of solved groups"))
+
+
+def _answer_diversity_text(history, group: int | None) -> str:
+    """The table of the answer-diversity metrics at the start and the end of training (each the mean of the first
+    and of the last 10% of its logged values, the final reward's definition); empty where none was logged."""
+    rows = []
+    for key, label in ANSWER_ROWS:
+        values = _history_values(history, f"entropy_control/{key}")
+        if values:
+            rows.append(f"| {label} | {final_reward(values[::-1]):.3f} | {final_reward(values):.3f} |")
+    if not rows:
+        return ""
+    which = f"the {group} completions of one prompt" if group else "the completions of one prompt"
+    return (f"\n\nAnswer diversity in a group ({which}; *solved*: the group holds a fully rewarded completion), "
+            "logged as `entropy_control/distinct_answers` and the rest. Start and end: the mean of the first and of "
+            "the last 10% of the logged values.\n\n| per group | start | end |\n|---|---|---|\n" + "\n".join(rows))
+
+
 # A snapshot folder of the Hugging Face cache: .../models--owner--name/snapshots/<revision>
 _CACHE_SNAPSHOT = re.compile(r"models--(?P<repo>[^/\\]+)[/\\]snapshots[/\\][^/\\]+[/\\]?$")
 
@@ -456,6 +482,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         if rewards:  # the demo's table prints the same number: one definition (metrics.final_reward)
             result += f" Final training reward: **{final_reward(rewards):.3f}**, {FINAL_REWARD_DEFINITION}."
         result += _saturation_text(history) + _assist_text(history)
+        result += _answer_diversity_text(history, getattr(args, "num_generations", None))
     else:
         result = "No training steps were logged."
     folder = output_dir or args.output_dir

@@ -42,13 +42,19 @@ def plot_pass_at_k(curves: dict[str, dict[int, float]], path: str, title: str = 
 
 
 def entropy_curves_figure(curves: dict[str, dict[str, list]], title: str = "Policy entropy vs target"):
-    """One panel per method (measured entropy, scheduled target, the knob on a twin axis) plus an overlay panel.
+    """One panel per method (measured entropy, scheduled target, the knob on a twin axis) plus an overlay panel, and,
+    where the runs logged them, a panel of every method's distinct answers per group on solved and unsolved groups.
 
-    ``curves[method]`` has lists ``step``, ``measured`` and optionally ``target`` and a knob (``knob``,
-    ``knob_name``). Short runs are drawn with markers and every step axis has whole-number ticks.
+    ``curves[method]`` has lists ``step``, ``measured`` and optionally ``target``, a knob (``knob``,
+    ``knob_name``) and the series ``entropy_control/distinct_answers_solved`` / ``..._unsolved`` (one value per step,
+    None where the step generated nothing). Short runs are drawn with markers and every step axis has whole-number
+    ticks.
     """
     methods = list(curves)
-    n = len(methods) + 1
+    answer_keys = {"solved": "entropy_control/distinct_answers_solved",
+                   "unsolved": "entropy_control/distinct_answers_unsolved"}
+    has_answers = any(v is not None for c in curves.values() for k in answer_keys.values() for v in c.get(k) or [])
+    n = len(methods) + 1 + has_answers
     cols = min(3, n)
     rows = (n + cols - 1) // cols
     fig, axes = new_figure(rows, cols, figsize=(4.6 * cols, 3.4 * rows))
@@ -82,6 +88,8 @@ def entropy_curves_figure(curves: dict[str, dict[str, list]], title: str = "Poli
     overlay.set_xlabel("optimizer step")
     overlay.set_ylabel("entropy (nats/token)")
     integer_step_axis(overlay)
+    if has_answers:
+        _answers_panel(axes[len(methods) + 1], curves, answer_keys)
     for ax in axes[n:]:
         ax.axis("off")
     handles, labels = overlay.get_legend_handles_labels()
@@ -91,6 +99,20 @@ def entropy_curves_figure(curves: dict[str, dict[str, list]], title: str = "Poli
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     fig.suptitle(title)
     return fig
+
+
+def _answers_panel(ax, curves, keys) -> None:
+    """Distinct answers per group, each method in its color: unsolved groups solid, solved groups dashed."""
+    for i, (method, c) in enumerate(curves.items()):
+        for part, ls in (("unsolved", "-"), ("solved", "--")):
+            pts = [(s, v) for s, v in zip(c["step"], c.get(keys[part]) or []) if v is not None]
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], color=f"C{i}", ls=ls, lw=1.2,
+                        **line_style(len(pts)))
+    ax.set_title("distinct answers per group:\nunsolved (solid), solved (dashed)", fontsize=9)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("distinct answers")
+    integer_step_axis(ax)
 
 
 def _readable_constant_axis(ax, values) -> None:

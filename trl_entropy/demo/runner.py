@@ -165,6 +165,48 @@ class _HeldOutCurve(TrainerCallback):
             _log_aside(self.trainer, {f"eval/pass@{k}": v for k, v in self.points[state.global_step].items()})
 
 
+# The answer-diversity metrics the demo reports (docs/metrics.md, "Answer diversity"), as the trainer logs them.
+ANSWER_METRICS = tuple(f"entropy_control/{k}" for k in (
+    "distinct_answers", "distinct_answers_solved", "distinct_answers_unsolved", "answer_entropy",
+    "answer_entropy_solved", "answer_entropy_unsolved", "solved_groups", "measured_solved", "measured_unsolved"))
+
+
+class _AnswerRecorder:
+    """Plain TRL GRPOTrainer's answer-diversity metrics, for the demo's baseline: a reward function that scores like
+    ``reward`` and, for each training generation batch (one process: the whole batch), logs the group metrics of
+    :func:`trl_entropy.answer_diversity.answer_diversity` into the trainer's metrics under the names
+    ``GRPOEntropyTrainer`` logs them (answers by ``extract``; solved: a reward of 1.0, the testbeds' full score).
+    The token entropy split needs the trainer's loss forward: not recorded here."""
+
+    def __init__(self, reward, extract, group: int):
+        self.reward, self.extract, self.group, self.trainer = reward, extract, group, None
+        self.__name__ = getattr(reward, "__name__", "reward")
+
+    def __call__(self, completions, **kwargs):
+        from .._trl_private import log_metric
+        from ..answer_diversity import answer_diversity, solved_groups
+
+        rewards = self.reward(completions, **kwargs)
+        if self.trainer is not None and "trainer_state" in kwargs and len(completions) % self.group == 0:
+            scores = [math.nan if r is None else float(r) for r in rewards]
+            solved = solved_groups(scores, self.group, 1.0)
+            for key, value in answer_diversity([self.extract(c) for c in completions], solved, self.group).items():
+                log_metric(self.trainer, f"entropy_control/{key}", value)
+        return rewards
+
+
+def _answer_extractor(tb, tokenizer):
+    """The testbed's answer extractor, or the trainer's default (the text, stripped of whitespace and eos)."""
+    import functools
+
+    from .._imports import import_callable
+    from ..trainers.answers import completion_answer
+
+    if tb.answer_extractor:
+        return import_callable(tb.answer_extractor, "answer_extractor")
+    return functools.partial(completion_answer, eos_token=getattr(tokenizer, "eos_token", None))
+
+
 def run_method(name: str, settings: DemoSettings, target_start: float, train_ds, test_problems,
                spec: tuple[bool, dict, str] | None = None, evaluate: bool = True, final_eval: bool = False,
                eval_at: tuple[int, ...] = ()) -> dict:
@@ -212,18 +254,24 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
             uses_schedule = False
         if tb.base_model:
             base.setdefault("model_card_base_model", tb.base_model)
+        if tb.answer_extractor:
+            base.setdefault("answer_extractor", tb.answer_extractor)
         args = GRPOEntropyConfig(**base, **(schedule if uses_schedule else {}))
         trainer_cls = GRPOEntropyTrainer
     else:
         args = GRPOConfig(**base)
         trainer_cls = GRPOTrainer
+    # plain TRL: its answer diversity recorded from the reward function's view (GRPOEntropyTrainer logs its own)
+    reward = tb.reward if ours else _AnswerRecorder(tb.reward, _answer_extractor(tb, tokenizer), args.num_generations)
     trainer = trainer_cls(
         model=model,
-        reward_funcs=tb.reward,
+        reward_funcs=reward,
         args=args,
         train_dataset=train_ds,
         processing_class=tokenizer,
     )
+    if not ours:
+        reward.trainer = trainer
     if overrides.get("use_adaptive_entropy"):
         from ..scheduling.schedules import make_schedule
 
@@ -321,7 +369,9 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         "median_step_time": statistics.median(step_times) if step_times else float("nan"),
         "wall_time": wall,
         "step_time": [h.get("step_time") for h in rows],
-        **{key: [h.get(key) for h in rows] for key in extra_keys},
+        **{key: [h.get(key) for h in rows] for key in extra_keys + ANSWER_METRICS},
+        # each answer metric's final value, as the final reward's (metrics.final_reward: the last 10% of the values)
+        "final_answers": {key.split("/", 1)[1]: final_reward(h.get(key) for h in rows) for key in ANSWER_METRICS},
     }
 
 
@@ -375,6 +425,10 @@ TRACK_ERR_NOTE = f"track err: the tracking error, {TRACKING_ERROR_DEFINITION} (t
 
 FINAL_REWARD_NOTE = f"final reward: {FINAL_REWARD_DEFINITION}, as on each run's model card."
 
+ANSWERS_NOTE = ("answers: distinct answers in a group (the completions of one prompt); solv/unsolv: the same over the "
+                "groups with a fully rewarded completion and over those without (entropy_control/distinct_answers, "
+                "docs/metrics.md); each the mean of the last 10% of the generation batches, as the final reward.")
+
 # The demo's one held-out accuracy: every held-out number it prints or draws (table, starting model, learning curves,
 # model cards) is this evaluation, pass_at_k_curve, with the same problems and seed.
 HELDOUT_DEFINITION = ("held-out accuracy = pass@1: the share of correct answers among {n} samples (temperature 1) on "
@@ -394,8 +448,8 @@ def format_control_table(results: list[dict], baseline: str = "grpo") -> str:
     under it. The starting model's row (``method="base"``) is left out: it did not train."""
     runs = [r for r in results if r["method"] != "base"]
     base_time = next((r["median_step_time"] for r in runs if r["method"] == baseline), None)
-    header = (f"{'method':<22} {'track err':>9} {'final H':>8} {'final reward':>12} {'step ms*':>8} "
-              f"{'vs ' + baseline + '*':>8}")
+    header = (f"{'method':<22} {'track err':>9} {'final H':>8} {'answers':>8} {'solv/unsolv':>11} {'final reward':>12} "
+              f"{'step ms*':>8} {'vs ' + baseline + '*':>8}")
     target = next((r["target"] for r in runs if r.get("target")), None)
     title = "What the control did: how closely each run held the entropy target"
     if target and target[0] is not None and target[-1] is not None:
@@ -405,13 +459,25 @@ def format_control_table(results: list[dict], baseline: str = "grpo") -> str:
         # without the baseline among the runs (e.g. one method) there is nothing to compare with: a dash, not "nanx"
         ratio = f"{r['median_step_time'] / base_time:>7.2f}x" if base_time else f"{'–':>8}"
         lines.append(f"{r['method']:<22} {100 * r['tracking_error']:>8.1f}% {r['final_entropy']:>8.3f} "
-                     f"{r['final_reward']:>12.3f} {1000 * r['median_step_time']:>8.1f} {ratio}")
+                     f"{_answer_cells(r)} {r['final_reward']:>12.3f} {1000 * r['median_step_time']:>8.1f} {ratio}")
     untargeted = [r["method"] for r in runs if not _follows_target(r["method"])]
     notes = [TRACK_ERR_NOTE
              + (f" {', '.join(untargeted)} follow{'s' if len(untargeted) == 1 else ''} no target: "
                 "scored against the same schedule." if untargeted else ""),
-             FINAL_REWARD_NOTE, "* " + STEP_TIME_NOTE]
+             ANSWERS_NOTE, FINAL_REWARD_NOTE, "* " + STEP_TIME_NOTE]
     return "\n".join(lines + [_fill(n, len(header)) for n in notes])
+
+
+def _answer_cells(r: dict) -> str:
+    """The row's ``answers`` and ``solv/unsolv`` cells (a dash where the run has no value, e.g. a cached run)."""
+    final = r.get("final_answers") or {}
+
+    def fmt(key):
+        value = final.get(key)
+        return "–" if value is None or not math.isfinite(value) else f"{value:.1f}"
+
+    split = f"{fmt('distinct_answers_solved')}/{fmt('distinct_answers_unsolved')}"
+    return f"{fmt('distinct_answers'):>8} {split:>11}"
 
 
 def _follows_target(method: str) -> bool:
