@@ -138,13 +138,31 @@ def test_the_leaves_import_nothing_of_the_package(leaf):
     assert import_graph()[leaf] == set()
 
 
-def test_one_list_of_loss_types_one_hub_id_check_one_version():
+def test_one_list_of_loss_types():
+    """TRL's loss types are listed once, in losses/policy_loss.py (the ones its loss path implements, and the rest);
+    anywhere else in the package a tuple, list or set literal that names two or more of them is another copy."""
+    from trl_entropy.losses.policy_loss import SUPPORTED_LOSS_TYPES, UNSUPPORTED_TRL_LOSS_TYPES
+
+    names = set(SUPPORTED_LOSS_TYPES) | set(UNSUPPORTED_TRL_LOSS_TYPES)
+    copies = []
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        lists = {id(n.value) for n in ast.walk(tree) if module == "trl_entropy.losses.policy_loss"
+                 and isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets]
+                 in (["SUPPORTED_LOSS_TYPES"], ["UNSUPPORTED_TRL_LOSS_TYPES"])}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in lists:
+                named = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names}
+                if len(named) >= 2:
+                    copies.append(f"{module}:{node.lineno} {sorted(named)}")
+    assert not copies, f"lists of loss types besides policy_loss.py's: {copies}"
+
+
+def test_one_hub_id_check_one_version():
     from trl_entropy import __version__, model_card
     from trl_entropy._paths import is_hub_model_id
-    from trl_entropy.losses.policy_loss import SUPPORTED_LOSS_TYPES
-    from trl_entropy.trainers.grpo_entropy_config import CLIPPED_LOSS_TYPES
 
-    assert CLIPPED_LOSS_TYPES is SUPPORTED_LOSS_TYPES
     assert model_card.is_hub_model_id is is_hub_model_id
     assert __version__ == importlib.metadata.version("trl-entropy")
     for name, ok in (("owner/name", True), ("gpt2", True), ("a--b/c", False), ("./x", False), ("a/b/c", False),

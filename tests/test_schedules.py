@@ -137,3 +137,19 @@ def test_schedule_label_is_readable_for_every_kind_of_callable():
     assert schedule_label(make_schedule(_decay)) == "_decay"  # the wrapper is transparent
     for fn in (_decay, functools.partial(_decay, end=0.2), _Stepper()):
         assert "0x" not in schedule_label(fn)
+
+
+def test_every_list_of_schedule_names_is_the_schedules_registry():
+    """The named schedules are SCHEDULES' keys: the config's choices and help, the demo's torch-free choices and the
+    model card's formulas list the same names."""
+    from trl_entropy import GRPOEntropyConfig, cli
+    from trl_entropy.model_card import SCHEDULE_FORMULAS
+    from trl_entropy.scheduling.schedules import SCHEDULES
+    from trl_entropy.trainers.grpo_entropy_config import SCHEDULE_NAMES
+
+    names = list(SCHEDULES)
+    field = GRPOEntropyConfig.__dataclass_fields__["entropy_schedule"]
+    assert list(SCHEDULE_NAMES) == names and list(field.metadata["choices"]) == names
+    assert all(repr(name) in field.metadata["help"] for name in names)
+    assert list(cli.DEMO_SCHEDULES) == names and dict(cli.demo_flags())["schedule"]["choices"] == cli.DEMO_SCHEDULES
+    assert list(SCHEDULE_FORMULAS) == names

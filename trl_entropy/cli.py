@@ -62,6 +62,7 @@ def _add_flag(parser: argparse.ArgumentParser, name: str, **kwargs):
 DEMO_METHODS = ("grpo", "entropy_bonus", "trl_adaptive", "adaptive_clip", "entrocraft", "positive_reweight",
                 "w_reinforce", "clip_cov", "kl_cov", "entropic")
 DEMO_DEFAULT_METHOD = "entropy_bonus"
+DEMO_SCHEDULES = ("constant", "linear", "cosine", "wsd")  # trl_entropy.scheduling.schedules.SCHEDULES (tested)
 DEMO_TESTBEDS = ("tiny", "tiny_headroom", "smollm2", "smollm2_hard", "smollm2_mixed")  # trl_entropy.testbeds.TESTBEDS
 
 
@@ -87,7 +88,7 @@ def demo_flags(methods: tuple[str, ...] = DEMO_METHODS) -> list[tuple[str, dict]
         ("steps", dict(type=int, default=None,
                        help="optimizer steps per method (default: the testbed's, tiny 300, tiny_headroom 1000, "
                             "smollm2 100)")),
-        ("schedule", dict(default="wsd", choices=["constant", "linear", "cosine", "wsd"],
+        ("schedule", dict(default="wsd", choices=DEMO_SCHEDULES,
                           help="shape of the entropy target over the run")),
         ("target_start", dict(type=float, default=None,
                               help="target entropy at the start, in nats (default: the pretrained model's "

@@ -57,8 +57,9 @@ class EntropyControl:
       coefficient: such a control gets no ``entropy_bonus_assist`` on top.
     * ``uses_rollouts``, ``uses_advantage_weights``, ``uses_token_hooks``, ``needs_step_plan``: which hooks the
       trainer calls (see the module docstring).
-    * ``uses_pull_sums``: the trainer sums :func:`~trl_entropy.scheduling.measurement.entropy_pull_sums` over
-      each optimizer step's loss forwards (no extra pass) and passes the global sums to :meth:`note_pull`.
+    * ``uses_pull_sums``: the trainer counts each optimizer step's tokens with a non-zero advantage over its loss
+      forwards (no extra pass) and passes the global share to :meth:`note_signal`. (The name is from when it also
+      summed the policy gradient's pull on entropy for a logged estimate, a variant since removed.)
     * ``additive_loss_term`` (with ``uses_token_hooks``): the control's :class:`TokenHooks` only ever set the
       additive adjustment (``adjust_mask``, ``adjust_alpha``), never a per-token change of the surrogate. The trainer
       then keeps TRL's own ``_compute_loss`` and adds the term, computed from the log-probs of TRL's loss forward
@@ -81,7 +82,7 @@ class EntropyControl:
     uses_rollouts: bool = False  # implements transform_rollouts
     uses_advantage_weights: bool = False  # implements advantage_weights
     uses_token_hooks: bool = False  # implements token_hooks (the trainer then computes the loss on our own path)
-    uses_pull_sums: bool = False  # implements note_pull (the policy gradient's pull on entropy, per step)
+    uses_pull_sums: bool = False  # implements note_signal (the step's share of tokens with a non-zero advantage)
     additive_loss_term: bool = False  # token_hooks only add a term (adjust_*): TRL's own loss plus that term
     needs_step_plan: bool = False  # implements plan_window (selection decided once per optimizer step, globally)
     uses_trl_adaptive_entropy: bool = False  # the control is TRL's use_adaptive_entropy (set by the config)
@@ -175,12 +176,8 @@ class EntropyControl:
         """With ``entropy_measurement="generation_batch"``, called just before :meth:`observe` with the step's own
         reading (``observe`` gets the generation-batch estimate). Default: ignored."""
 
-    def note_pull(self, cov: float, var: float, count: float | None = None) -> None:
-        """With ``uses_pull_sums``, called just before :meth:`observe` with the step's two global pull sums
-        (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`) and their token count. Default: ignored."""
-
     def note_signal(self, fraction: float) -> None:
-        """With ``uses_pull_sums``, called just after :meth:`note_pull` with the step's global signal fraction: the
+        """With ``uses_pull_sums``, called just before :meth:`observe` with the step's global signal fraction: the
         share of its tokens with a non-zero advantage (:func:`~trl_entropy.scheduling.measurement.signal_token_count`;
         NaN where it was not counted on every micro-batch). Default: ignored."""
 
@@ -437,14 +434,6 @@ class TokenHookControl(EntropyControl):
             "selected_tokens": totals.get("selected", 0.0),
             "selected_fraction": totals["selected"] / valid if valid > 0 else 0.0,
         }
-
-
-def _limit_push_at(direction: int, value: float, low: float, high: float) -> int:
-    if direction > 0 and value >= high:
-        return 1
-    if direction < 0 and value <= low:
-        return -1
-    return 0
 
 
 def _mix_seed(seed: int, counter: int) -> int:

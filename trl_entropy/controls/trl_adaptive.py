@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..scheduling.controllers import _limit_push
 from ._base import EntropyControl, register_control
-from ._base import _limit_push_at
 
 
 @register_control("trl_adaptive")
@@ -48,8 +48,8 @@ class TrlAdaptiveControl(EntropyControl):
     def limit_push(self) -> int:
         if self._trainer is None:
             return 0
-        return _limit_push_at(self._last_direction, float(self._trainer.entropy_coef),
-                              float(self.args.entropy_coef_min), float(self.args.entropy_coef_max))
+        return _limit_push(self._last_direction, float(self._trainer.entropy_coef),
+                           float(self.args.entropy_coef_min), float(self.args.entropy_coef_max))
 
     def state_dict(self):
         return {"last_direction": self._last_direction}  # TRL saves its coefficient itself

@@ -112,8 +112,7 @@ class _Progress(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.bar is not None and logs:
             shown = {k.split("/")[-1]: round(v, 3) for k, v in logs.items()
-                     if k in ("entropy", "reward", "entropy_control/target", "entropy_control/entropy_coef",
-                              "entropy_control/bonus_pull")}
+                     if k in ("entropy", "reward", "entropy_control/target", "entropy_control/entropy_coef")}
             self.bar.set_postfix(shown, refresh=False)
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -345,9 +344,8 @@ def run_method(name: str, settings: DemoSettings, target_start: float, train_ds,
         if final_eval else None
     extra_keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "clip_ratio/region_mean", "completions/mean_length",
                   "frac_reward_zero_std", "entropy_control/assist_active", "entropy_control/bonus_gain_scale",
-                  "entropy_control/measured_generation_batch", "entropy_control/bonus_pull",
-                  "entropy_control/bonus_integral", "entropy_control/bonus_law",
-                  "entropy_control/bonus_varentropy", "entropy_control/bonus_signal_fraction")
+                  "entropy_control/measured_generation_batch", "entropy_control/bonus_integral",
+                  "entropy_control/bonus_law", "entropy_control/bonus_signal_fraction")
     return {
         "method": name,
         "description": description,

@@ -14,10 +14,10 @@ All functions are pure: tensors (or numbers) in, tensors (or numbers) out.
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
 
+from ..metrics import _int_arg
 from .covariance import _broadcast_advantages, _check_same_shape, _valid_mask
 
 __all__ = ["sign_weights", "w_reinforce_advantages", "entropic_token_weights", "positive_reweight_progression"]
@@ -150,15 +150,6 @@ def entropic_token_weights(
     return weights.masked_fill(high_prob & (adv < 0), 1.0 - a)
 
 
-def _nonneg_int(name: str, x) -> int:
-    if isinstance(x, bool):
-        raise ValueError(f"{name} must be an integer, got {x!r}.")
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {x!r}.") from None
-
-
 def positive_reweight_progression(kind: str, step: int, total_steps: int, num_epochs: int = 5) -> float:
     """The fixed lambda progressions of positive-advantage reweighting (Jin et al. 2025, section 7).
 
@@ -180,8 +171,8 @@ def positive_reweight_progression(kind: str, step: int, total_steps: int, num_ep
     """
     if kind not in ("stage", "epoch"):
         raise ValueError(f"kind must be 'stage' or 'epoch', got {kind!r}.")
-    step = _nonneg_int("step", step)
-    total_steps = _nonneg_int("total_steps", total_steps)
+    step = _int_arg("step", step)
+    total_steps = _int_arg("total_steps", total_steps)
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}.")
     if total_steps <= 0:
@@ -189,7 +180,7 @@ def positive_reweight_progression(kind: str, step: int, total_steps: int, num_ep
     p = min(1.0, step / (total_steps - 1)) if total_steps > 1 else 1.0
     if kind == "stage":
         return 0.0 if p < 0.5 else 2.0 * p - 1.0
-    num_epochs = _nonneg_int("num_epochs", num_epochs)
+    num_epochs = _int_arg("num_epochs", num_epochs)
     if num_epochs < 2:
         raise ValueError(f"num_epochs must be >= 2, got {num_epochs}.")
     e = min(num_epochs, min(step, total_steps) * num_epochs // total_steps + 1)  # exact integer arithmetic

@@ -8,11 +8,9 @@ from .controllers import (
 )
 from .curriculum import AnnealingCurriculumCallback, CurriculumDataset, CurriculumSampler
 from .measurement import (
-    entropy_pull_sums,
     entropy_sums,
     generation_batch_entropy,
     global_token_mean,
-    policy_token_weights,
     pull_coefficient,
     signal_token_count,
 )
@@ -49,8 +47,6 @@ __all__ = [
     "entropy_sums",
     "generation_batch_entropy",
     "global_token_mean",
-    "entropy_pull_sums",
-    "policy_token_weights",
     "pull_coefficient",
     "signal_token_count",
 ]

@@ -20,8 +20,8 @@ import math
 
 import torch
 
-__all__ = ["entropy_pull_sums", "entropy_sums", "measurement_standard_error", "sequence_spread_sums", "generation_batch_entropy", "global_token_mean", "policy_token_weights",
-           "pull_coefficient", "signal_token_count"]
+__all__ = ["entropy_sums", "measurement_standard_error", "sequence_spread_sums", "generation_batch_entropy",
+           "global_token_mean", "pull_coefficient", "signal_token_count"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -85,66 +85,6 @@ def generation_batch_entropy(batch_generation_entropy: float | None, sums) -> fl
     return value if math.isfinite(value) else None
 
 
-# TRL's loss types whose policy term is a token mean over the micro-batch or the accumulation window, as the bonus is
-TOKEN_MEAN_LOSS_TYPES = ("bnpo", "dapo", "cispo", "vespo")
-
-
-def policy_token_weights(mask: torch.Tensor, loss_type: str, max_completion_length: int | None = None
-                         ) -> torch.Tensor | None:
-    """Each token's weight in the policy term of TRL's loss, relative to its weight in the entropy bonus (a token
-    mean over the micro-batch, whatever the loss type), for :func:`entropy_pull_sums`; ``None`` where the two are
-    the same (the token-mean loss types, ``TOKEN_MEAN_LOSS_TYPES``, and any type this function does not know).
-
-    With ``N`` the micro-batch's tokens, ``B`` its sequences and ``len_i`` sequence ``i``'s: ``"grpo"`` and
-    ``"sapo"`` average each sequence's tokens, then the sequences (``N / (B * len_i)``); ``"dr_grpo"`` divides by
-    ``B * max_completion_length`` (``N / (B * L)``); ``"luspo"`` sums each sequence's tokens and averages the
-    sequences (``N / B``). ``mask`` (B, T) is the policy term's token mask."""
-    if loss_type in TOKEN_MEAN_LOSS_TYPES:
-        return None
-    m = mask.to(torch.float32)
-    n, rows = m.sum(), m.shape[0]
-    if loss_type in ("grpo", "sapo"):
-        per_row = n / (rows * m.sum(-1).clamp(min=1.0))
-    elif loss_type == "dr_grpo" and max_completion_length:
-        per_row = (n / (rows * float(max_completion_length))).expand(rows)
-    elif loss_type == "luspo":
-        per_row = (n / rows).expand(rows)
-    else:
-        return None
-    return per_row[:, None].expand_as(m)
-
-
-def entropy_pull_sums(logps: torch.Tensor, entropies: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor, policy_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``[sum(m * w * (log p + H) * A), sum(m * (log p + H)^2)]`` over one micro-batch (float32): the two sums whose
-    ratio (:func:`pull_coefficient`) is the entropy coefficient that balances this batch's policy-gradient pull on
-    entropy.
-
-    Why these two (Cui et al. 2025, the entropy dynamics of softmax policies under natural policy gradient): one
-    step changes a state's entropy by ``dH ~= -eta * Cov_{a~pi}(log pi(a), A(a))``. ``E_{a~pi}[log pi(a)] = -H``,
-    so ``log p + H`` is the sampled token's log-prob centred on its own state, and ``(log p + H) * A`` estimates
-    that covariance from the token the policy sampled. An entropy bonus ``c * H`` acts as the advantage
-    ``-c * (log pi(a) + H)`` (its gradient at a state is ``E_a[grad log pi(a) * (-log pi(a) - H)]``), so it changes
-    entropy by ``eta * c * Var_{a~pi}(log pi(a))``, estimated by ``(log p + H)^2``. The coefficient with no net
-    first-order change is the ratio ``Cov / Var``; the step size ``eta`` cancels. TRL's bonus is a token mean;
-    where the loss type weighs the policy term's tokens otherwise (``"grpo"``: each sequence's tokens by ``1 /
-    length``), ``policy_weights`` (:func:`policy_token_weights`, relative to the bonus's token weight) weigh the
-    covariance's tokens as the loss does; ``None`` for the token-mean types (``"dapo"``, the default, ``"bnpo"``).
-    Importance ratios, clipping and a loss type's other terms are not modelled (the estimate is first order, at
-    ratio 1).
-
-    ``logps`` and ``entropies`` are the current policy's per-token log-prob of the sampled token and entropy
-    (B, T); ``advantages`` (B,), (B, 1) or (B, T); ``mask`` (B, T), 0/1 or token weights. Summed over micro-batches and
-    processes."""
-    m = mask.to(torch.float32)
-    centred = logps.detach().float() + entropies.detach().float()
-    adv = advantages.detach().float()
-    if adv.dim() == 1:
-        adv = adv.unsqueeze(1)
-    weighted = m if policy_weights is None else m * policy_weights.to(m)
-    return torch.stack([(centred * adv * weighted).sum(), (centred * centred * m).sum()])
-
-
 def signal_token_count(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``sum(m * [A != 0])`` over one micro-batch (float32, a 0-d tensor): the tokens the policy gradient acts on.
 
@@ -160,8 +100,10 @@ def signal_token_count(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Te
 
 
 def pull_coefficient(cov: float, var: float) -> float | None:
-    """The balancing coefficient ``cov / var`` of :func:`entropy_pull_sums`' two sums; ``None`` when ``var`` is not
-    positive or a value is not finite."""
+    """The entropy coefficient that balances the policy gradient's pull on entropy, ``cov / var``: the token sums of
+    ``(log p + H) * A`` and ``(log p + H)^2`` (Cui et al. 2025's entropy dynamics, first order; the feedback bonus's
+    controller keeps its smoothed sums, ``EntropyBonusController.note_pull``). ``None`` when ``var`` is not positive
+    or a value is not finite."""
     if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
         return None
     return cov / var

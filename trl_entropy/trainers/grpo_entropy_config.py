@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import warnings
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -13,21 +11,32 @@ from trl import GRPOConfig
 
 from .._paths import is_hub_model_id
 from ..controls import BUILTIN_SETTINGS
-from ..controls._base import CONTROL_REGISTRY, RegisteredControls as _RegisteredControls, is_number as _is_number
+from ..controls._base import CONTROL_REGISTRY, is_number as _is_number
 from ..controls._base import check_choice, did_you_mean, parse_control_settings, removed_setting
 from ..controls._covariance import COV_SCOPES  # noqa: F401 (kept importable from here)
 from ..controls.entrocraft import ENTROCRAFT_ENTROPY_SOURCES, ENTROCRAFT_MODES, ENTROCRAFT_NORMALIZERS  # noqa: F401
 from ..controls.positive_reweight import POSITIVE_REWEIGHT_SCHEDULES  # noqa: F401
 from ..losses.policy_loss import SUPPORTED_LOSS_TYPES
 from ..scheduling.schedules import CALLABLE_SCHEDULE_PREFIX, INITIAL, parse_entropy_value, schedule_label
+from ._config_groups import (
+    COEFFICIENT_CONTROLS,
+    ENTROPY_CONTROLS,
+    ENTROPY_MEASUREMENTS,
+    SCHEDULE_NAMES,
+    TARGET_FOLLOWING_CONTROLS,
+    _bool_field_names,
+    _cpu_has_bf16_instructions,
+    _InitSignature,
+    _RunSettings,
+    _ScheduleSettings,
+    check_schedule_arity,
+)
 from .answers import AnswerSettings
 
 __all__ = [
     "GRPOEntropyConfig",
     "ENTROPY_CONTROLS",
-    "IMPLEMENTED_CONTROLS",
     "TARGET_FOLLOWING_CONTROLS",
-    "TOKEN_HOOK_CONTROLS",
     "COEFFICIENT_CONTROLS",
     "parse_entropy_value",
 ]
@@ -35,174 +44,6 @@ __all__ = [
 
 def _control_registry() -> dict:
     return CONTROL_REGISTRY
-
-
-# Every control name: "none" and the registered controls (the registry is the one list).
-ENTROPY_CONTROLS = _RegisteredControls(with_none=True)
-IMPLEMENTED_CONTROLS = ENTROPY_CONTROLS  # every registered control is implemented
-# Controls with token hooks (trl_entropy's own loss path, see losses/policy_loss.py; EntroPIC: TRL's loss plus a term).
-TOKEN_HOOK_CONTROLS = _RegisteredControls(lambda cls: cls.uses_token_hooks)
-# Controls that follow a target entropy and therefore need a schedule.
-TARGET_FOLLOWING_CONTROLS = _RegisteredControls(lambda cls: cls.follows_target)
-# Controls whose knob is TRL's entropy coefficient (no assist on top of them).
-COEFFICIENT_CONTROLS = _RegisteredControls(lambda cls: cls.knob_name == "entropy_coef")
-ENTROPY_MEASUREMENTS = ("step", "generation_batch")
-SCHEDULE_NAMES = ("constant", "linear", "cosine", "wsd")
-# Loss types whose surrogate is the clipped ratio min(r A, clip(r, 1-eps_low, 1+eps_high) A), where epsilon_high is
-# the clip-higher bound. CISPO reads epsilon_high as a cap on the ratio itself; SAPO and VESPO ignore it.
-# One list with the losses module's (policy_loss.SUPPORTED_LOSS_TYPES).
-CLIPPED_LOSS_TYPES = SUPPORTED_LOSS_TYPES
-
-
-def _is_bool_annotation(annotation) -> bool:
-    """Whether a dataclass field is annotated `bool` or `bool | None` (annotations may be strings)."""
-    if annotation is bool:
-        return True
-    text = annotation if isinstance(annotation, str) else str(annotation)
-    return text.replace("typing.", "") in ("bool", "bool | None", "None | bool", "Optional[bool]")
-
-
-@functools.lru_cache(maxsize=None)
-def _bool_field_names(cls) -> tuple[str, ...]:
-    """The fields of dataclass `cls` annotated `bool` or `bool | None`, from the class annotations (HfArgumentParser
-    rewrites `Field.type` in place, e.g. `str | bool` to `bool`, so the fields themselves cannot be trusted)."""
-    names: dict[str, bool] = {}
-    for klass in reversed(cls.__mro__):
-        for name, annotation in vars(klass).get("__annotations__", {}).items():
-            names[name] = _is_bool_annotation(annotation)
-    init_fields = {f.name for f in fields(cls) if f.init}
-    return tuple(n for n, is_bool in names.items() if is_bool and n in init_fields)
-
-
-def check_schedule_arity(fn) -> None:
-    """Raise a ``ValueError`` when a callable ``entropy_schedule`` cannot be called as ``fn(step, total_steps)``.
-
-    The trainer calls it with two positional arguments; a callable that takes another number (e.g.
-    ``lambda step: ...``) would otherwise fail only inside ``train()``, with a bare ``TypeError``. Accepted: any
-    callable that binds two positional arguments (defaults and ``*args`` included). A callable whose signature cannot
-    be read (some builtins and C extensions) is accepted unchecked.
-    """
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(0, 1)
-    except TypeError as err:
-        raise ValueError(
-            f"entropy_schedule {schedule_label(fn)!r} has the signature {signature}, but a schedule is called as "
-            f"fn(step, total_steps) (the optimizer step, from 0, and the total number of steps): {err}. Make it take "
-            "those two positional arguments (any other parameter needs a default), e.g. "
-            "`lambda step, total_steps: 2.0 - step / total_steps`; one that ignores total_steps still takes it."
-        ) from None
-
-
-@dataclass
-class _ScheduleSettings:
-    """The fields every control shares: which control, the target schedule, the measurement (documented on
-    :class:`GRPOEntropyConfig`)."""
-
-    entropy_control: str = field(
-        default="none",
-        metadata={
-            "help": "Entropy control: 'none' (plain GRPO), 'entropy_bonus', 'trl_adaptive', 'adaptive_clip', 'clip_cov', 'kl_cov', 'entrocraft', "
-            "'positive_reweight', 'w_reinforce' or 'entropic', or a control registered with "
-            "trl_entropy.register_control (on the command line: import its module with --entropy_control_module).",
-            "choices": ENTROPY_CONTROLS,  # live: a control registered before parsing is a valid choice
-        },
-    )
-    # Annotated `str` so command-line/YAML parsing works; in Python a callable fn(step, total_steps) is accepted too.
-    entropy_schedule: str | None = field(
-        default=None,
-        metadata={
-            "help": "Target entropy curve: 'constant', 'linear', 'cosine' or 'wsd' (warmup-stable-anneal); in "
-            "Python also a callable fn(step, total_steps) -> nats. Defaults to 'constant' for target-following "
-            "controls; must be unset with entropy_control='none'.",
-            "choices": ["constant", "linear", "cosine", "wsd"],
-        },
-    )
-    # Annotated `float | str` so that the command line and YAML accept "initial" and "0.5*initial" next to numbers.
-    entropy_schedule_start: float | str | None = field(
-        default=None,
-        metadata={"help": "Target entropy (nats per completion token) at the start of training, >= 0; or 'initial' "
-                  "(the starting model's entropy, measured on the first generation batch) or a fraction of it, "
-                  "e.g. '0.9*initial'."},
-    )
-    entropy_schedule_end: float | str | None = field(
-        default=None,
-        metadata={"help": "Target entropy on the last optimizer step, >= 0, or a fraction of the initial entropy "
-                  "('0.5*initial'). Required by 'linear', 'cosine' and 'wsd' (for 'wsd' <= entropy_schedule_start); "
-                  "'constant' ignores it."},
-    )
-    entropy_schedule_warmup_steps: int = field(
-        default=0,
-        metadata={"help": "Optimizer steps during which the target is held at its start value; >= 0."},
-    )
-    entropy_schedule_anneal_ratio: float = field(
-        default=0.1,
-        metadata={"help": "For 'wsd': fraction of training, in (0, 1], spent annealing at the end."},
-    )
-    saturation_window: int = field(
-        default=20,
-        metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
-                  "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
-    )
-    entropy_measurement: str = field(
-        default="step",
-        metadata={"help": "The entropy a control acts on: 'step' (the optimizer step's own completions) or "
-                  "'generation_batch' (the current policy's entropy on the whole generation batch, estimated from "
-                  "the step's tokens against their entropy at generation; no extra forward)."},
-    )
-
-
-@dataclass
-class _RunSettings:
-    """The fields that hold for any control: TRL's rule beside a control, pictures, the card, faults (documented on
-    :class:`GRPOEntropyConfig`)."""
-
-    allow_trl_adaptive_entropy: bool = field(
-        default=False,
-        metadata={"help": "Opt in to combining an entropy control with TRL's use_adaptive_entropy."},
-    )
-    entropy_plots: bool = field(
-        default=True,
-        metadata={
-            "help": "Write entropy_curves.png (entropy vs target), entropy_knob.png, reward.png and pass_at_k.png "
-            "into output_dir at every save and at the end of training (needs matplotlib; skipped without it)."
-        },
-    )
-    model_card_base_model: str | None = field(
-        default=None,
-        metadata={
-            "help": "Hub model id written as base_model on the model card (e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct') "
-            "when the model was loaded from a local folder; by default taken from the model's name or cache folder."
-        },
-    )
-
-    max_unscorable_batches: int | None = field(
-        default=3,
-        metadata={
-            "help": "Stop with an error after this many generation batches in a row in which no completion got a "
-            "reward (all None/NaN: zero advantages, no policy gradient); each one warns. >= 1, or None to only warn."
-        },
-    )
-
-    reward_error_search: bool = field(
-        default=False,
-        metadata={
-            "help": "When a reward function raises, re-run it on one completion at a time to name the first failing "
-            "completion (index and prompt). Off by default: up to one extra call per completion, costly for "
-            "sandboxed or paid rewards."
-        },
-    )
-
-
-class _InitSignature:
-    """The signature of the owner class's `__init__`, without `self` (a descriptor: per class, subclasses included)."""
-
-    def __get__(self, instance, owner):
-        signature = inspect.signature(owner.__init__)
-        return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 
 @dataclass
@@ -678,9 +519,9 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), AnswerSettings, _RunSetting
             additive = getattr(control_cls, "additive_loss_term", False)
             where = ("adds a term built on the PPO importance ratio to TRL's loss, implemented for" if additive else
                      "changes the per-token loss on trl_entropy's own loss path, which implements")
-            if self.loss_type not in CLIPPED_LOSS_TYPES:
+            if self.loss_type not in SUPPORTED_LOSS_TYPES:
                 raise ValueError(
-                    f"entropy_control={self.entropy_control!r} {where} loss_type in {list(CLIPPED_LOSS_TYPES)}; got "
+                    f"entropy_control={self.entropy_control!r} {where} loss_type in {list(SUPPORTED_LOSS_TYPES)}; got "
                     f"loss_type={self.loss_type!r}."
                 )
             if self.use_adaptive_entropy:
@@ -783,18 +624,3 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), AnswerSettings, _RunSetting
         # The same condition TRL uses to decide whether it needs old log-probs (grpo_trainer, trl 1.16).
         generate_every = self.steps_per_generation * self.num_iterations
         return self.gradient_accumulation_steps % generate_every != 0
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_has_bf16_instructions() -> bool | None:
-    """Whether the CPU's flags (``/proc/cpuinfo``) list bfloat16 instructions; ``None`` where they cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        return None
-    return None
-

@@ -34,12 +34,10 @@ from ..losses.rejection import reject_rollouts
 from ..scheduling.callbacks import EntropyScheduleCallback
 from ..scheduling.controllers import SaturationMonitor
 from ..scheduling.measurement import (
-    entropy_pull_sums,
     entropy_sums,
     generation_batch_entropy,
     global_token_mean,
     measurement_standard_error,
-    policy_token_weights,
     sequence_spread_sums,
     signal_token_count,
 )
@@ -151,13 +149,11 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         self.entropy_control = build_control(args)
         # this step's sums over its micro-batches, one vector (their layout: _accumulate_entropy)
         self._ec_window: torch.Tensor | None = None
-        self._ec_pull = (0.0, 0.0, 0.0)  # the last step's global pull sums (entropy_pull_sums) and token count
         self._ec_measured_se: float | None = None  # the step reading's standard error (measurement_standard_error)
         self._ec_signal = math.nan  # the last step's global signal fraction (signal_token_count / tokens)
         self._ec_generation_entropy: float | None = None  # the buffered generation batch's mean H_gen (global)
         self._ec_capture = False
         self._ec_captured_entropies: torch.Tensor | None = None
-        self._ec_captured_pull_logps: torch.Tensor | None = None  # the loss forward's log-probs, detached
         self._ec_score_capture = False  # armed per generation until the policy's old-log-prob pass has been read
         self._ec_policy_adapter = None  # PEFT: the adapter active while generating (the policy's)
         self._ec_scoring_entropies: torch.Tensor | None = None
@@ -252,7 +248,6 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ec_capture and entropies is not None:
             self._ec_captured_entropies = entropies.detach()
-            self._ec_captured_pull_logps = logps.detach()  # for the pull sums (used only with uses_pull_sums)
         self._ec_loss.saw_forward(logps)  # the additive path keeps its loss forward's log-probs, with their gradient
         return logps, entropies, aux
 
@@ -448,48 +443,42 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
             self._ec_capture = False
         if training:
             entropies, self._ec_captured_entropies = self._ec_captured_entropies, None
-            logps, self._ec_captured_pull_logps = self._ec_captured_pull_logps, None
             if entropies is not None:
                 mask = inputs.get("ec_entropy_mask")
                 mask = loss_mask(inputs) if mask is None else mask
-                pull = None
-                if getattr(control, "uses_pull_sums", False) and logps is not None and logps.shape == mask.shape:
-                    weights = policy_token_weights(mask, self.loss_type, self.args.max_completion_length)
-                    pull = torch.cat([entropy_pull_sums(logps, entropies, inputs["advantages"], mask, weights),
-                                      signal_token_count(inputs["advantages"], mask).reshape(1),
-                                      mask.float().sum().reshape(1)])
-                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), pull,
+                signal = None
+                if getattr(control, "uses_pull_sums", False):  # the control is told the step's signal fraction
+                    signal = torch.stack([signal_token_count(inputs["advantages"], mask), mask.float().sum()])
+                self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), signal,
                                          solved=inputs.get("ec_group_solved"))
             if self.accelerator.sync_gradients:
                 self._on_optimizer_step_boundary()
         return loss
 
-    def _accumulate_entropy(self, entropies, mask, generation=None, pull=None, solved=None) -> None:
+    def _accumulate_entropy(self, entropies, mask, generation=None, signal=None, solved=None) -> None:
         """Add one micro-batch to the step's sums, one vector so that the step takes one collective: `entropy_sums`
-        (4), `entropy_pull_sums` (2), `signal_token_count` and its token count (zeros when ``pull`` is None),
-        `sequence_spread_sums` (4), `outcome_entropy_sums` (4, by the rows' ``solved`` flags: trainers/answers.py)."""
+        (4), ``signal`` (`signal_token_count` and its token count; zeros when None), `sequence_spread_sums` (4),
+        `outcome_entropy_sums` (4, by the rows' ``solved`` flags: trainers/answers.py)."""
         stats = entropy_sums(entropies, mask, generation)
-        parts = (torch.zeros(4) if pull is None else pull, sequence_spread_sums(entropies, mask),
+        parts = (torch.zeros(2) if signal is None else signal, sequence_spread_sums(entropies, mask),
                  outcome_entropy_sums(entropies, mask, solved))
         stats = torch.cat([stats, *(part.to(device=stats.device, dtype=stats.dtype) for part in parts)])
         self._ec_window = stats if self._ec_window is None else self._ec_window + stats
 
     def _reduce_window(self) -> tuple[float, float, float | None]:
         """All-reduce this step's sums (`_accumulate_entropy`); returns (measured entropy, token count, the
-        generation-batch estimate or ``None``), global, and keeps the global pull sums and token count in `_ec_pull`
-        and the signal fraction in `_ec_signal`."""
+        generation-batch estimate or ``None``), global, and keeps the signal fraction in `_ec_signal`."""
         window = self._ec_window
         if window is None:
-            window = torch.zeros(16, device=self.accelerator.device)
+            window = torch.zeros(14, device=self.accelerator.device)
         self._ec_window = None
         totals = self.accelerator.reduce(window, reduction="sum").tolist()  # one device-to-host copy
         count = float(totals[1])
         measured = float(totals[0]) / count if count > 0 else float("nan")
-        self._ec_pull = (float(totals[4]), float(totals[5]), count)
         # the signal fraction only where every micro-batch counted it (a partial count would read as a low one)
-        self._ec_signal = float(totals[6]) / count if count > 0 and abs(totals[7] - count) <= 1e-6 * count else math.nan
-        self._ec_measured_se = measurement_standard_error(measured, count, totals[8:12])
-        self._log_outcome_entropy(totals[12:16])  # trainers/answers.py: the token entropy of solved, unsolved groups
+        self._ec_signal = float(totals[4]) / count if count > 0 and abs(totals[5] - count) <= 1e-6 * count else math.nan
+        self._ec_measured_se = measurement_standard_error(measured, count, totals[6:10])
+        self._log_outcome_entropy(totals[10:14])  # trainers/answers.py: the token entropy of solved, unsolved groups
         return measured, count, generation_batch_entropy(self._ec_generation_entropy, totals[:4])
 
     def _reduce_step_counts(self, counts: dict[str, float]) -> dict[str, float]:
@@ -544,8 +533,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         if batch_estimate is not None:
             control.note_step_reading(measured)  # e.g. the bonus's noise cap reads the step's own noise
         if getattr(control, "uses_pull_sums", False):
-            control.note_pull(*self._ec_pull)  # the same global sums on every rank
-            control.note_signal(self._ec_signal)
+            control.note_signal(self._ec_signal)  # the same global fraction on every rank
         control.observe(acted_on, target)
         for key, value in control.metrics().items():
             log_metric(self, METRIC_PREFIX + key, value)
