@@ -522,27 +522,15 @@ def grpo_config_kwargs(recipe: TestbedRecipe = TestbedRecipe(), **overrides) -> 
     ``learning_rate=2e-4``, plain GRPOTrainer halves the mean token entropy (~0.88 -> ~0.45 nats) in ~50-60 steps
     while the reward rises from ~0.42 to ~0.7; ~80 ms per on-policy step on 2 CPU cores.
     """
+    from ..testbeds.addition import TESTBED_GRPO_SETTINGS
+
     kwargs = dict(
+        TESTBED_GRPO_SETTINGS,
         max_completion_length=recipe.max_answer_length + 1,
         num_generations=8,
         per_device_train_batch_size=64,
         learning_rate=2e-4,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        beta=0.0,
-        logging_steps=1,
-        report_to="none",
         use_cpu=True,
-        bf16=False,
-        fp16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
     )
     kwargs.update(overrides)
     return kwargs

@@ -135,6 +135,14 @@ def accuracy_reward(completions, answer, **kwargs) -> list[float]:
     return [1.0 if first_line(c) == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
 
 
+# The GRPO settings every built-in testbed trains with (here and `trl_entropy.demo.testbed.grpo_config_kwargs`): a
+# constant learning rate without warm-up or weight decay, sampling at temperature 1 without top-k or top-p, no KL
+# term, float32, a log line every step, no checkpoints and no progress bar.
+TESTBED_GRPO_SETTINGS = dict(lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+                             temperature=1.0, top_k=0, top_p=1.0, beta=0.0, bf16=False, fp16=False, logging_steps=1,
+                             report_to="none", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
+
+
 def grpo_config_kwargs(**overrides) -> dict:
     """``GRPOConfig`` keyword arguments that run this testbed on 2 CPU cores (no ``output_dir``/``max_steps``), with
     ``overrides`` put in place of (or next to) them, as the tiny testbed's
@@ -153,28 +161,14 @@ def grpo_config_kwargs(**overrides) -> dict:
     if device not in ("cpu", "cuda"):
         raise ValueError(f"{DEVICE_ENV} must be 'cpu' or 'cuda', got {os.environ.get(DEVICE_ENV)!r}.")
     kwargs = dict(
+        TESTBED_GRPO_SETTINGS,
         per_device_train_batch_size=12,
         num_generations=4,
         steps_per_generation=4,
         max_completion_length=4,
         learning_rate=1e-5,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        beta=0.0,
         gradient_checkpointing=False,
-        bf16=False,
-        fp16=False,
         use_cpu=device == "cpu",
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
     )
     kwargs.update(overrides)
     return kwargs
