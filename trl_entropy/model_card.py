@@ -11,7 +11,6 @@ import math
 import os
 import re
 import statistics
-from collections.abc import Mapping
 from importlib import resources
 
 from ._paths import is_hub_model_id
@@ -51,29 +50,14 @@ def _bibtex(control: str) -> dict[str, str]:
     return {**BIBTEX, **own}
 
 
-class _MethodInfo(Mapping):
-    """``METHOD_INFO[control]`` -> :func:`method_info` for ``"none"`` and every registered control (a live view of
-    ``trl_entropy.controls.CONTROL_REGISTRY``; kept for code that read the former dict)."""
+def __getattr__(name):
+    # METHOD_INFO: control -> method_info(control) for "none" and every registered control, a live view of the
+    # registry (kept for code that read the former dict); built on first use, so this module imports no control.
+    if name == "METHOD_INFO":
+        from .controls._base import RegistryMapping
 
-    def _names(self):
-        from .controls import CONTROL_REGISTRY
-
-        return ("none", *CONTROL_REGISTRY)
-
-    def __getitem__(self, control):
-        if control not in self._names():
-            raise KeyError(control)
-        return method_info(control)
-
-    def __iter__(self):
-        return iter(self._names())
-
-    def __len__(self):
-        return len(self._names())
-
-
-# control -> (description, config-field prefixes, citation keys), from the registry
-METHOD_INFO = _MethodInfo()
+        return RegistryMapping(method_info, first=("none",))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # A plain TRL GRPOTrainer with use_adaptive_entropy=True (e.g. driven by EntropyScheduleCallback).
 TRL_ADAPTIVE_ENTROPY_INFO = (

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import torch
@@ -298,24 +298,17 @@ def register_control(name: str, *, replace: bool = False) -> Callable[[type[Entr
     return deco
 
 
-class RegisteredControls(Sequence):
-    """A live, read-only view of the registered control names (``trl_entropy.controls.CONTROL_REGISTRY``), in
-    registration order, optionally filtered by a predicate on the class; with ``"none"`` first when ``with_none``.
+class _RegistryView:
+    """What the registry's live views share: the names ``first`` (such as ``"none"``) and then every registered
+    control (``CONTROL_REGISTRY``) that ``keep(cls)`` keeps, in registration order, read at each use, so that a control
+    registered later, outside the package, is in every view."""
 
-    It is what ``ENTROPY_CONTROLS`` & co. are, so that a control registered outside the package (with
-    ``trl_entropy.register_control``) is a valid ``entropy_control`` everywhere, the command line's choices included.
-    """
-
-    def __init__(self, keep=None, with_none: bool = False):
+    def __init__(self, keep=None, first: tuple[str, ...] = ()):
         self._keep = keep
-        self._with_none = with_none
+        self._first = tuple(first)
 
     def _names(self) -> tuple[str, ...]:
-        names = [n for n, cls in CONTROL_REGISTRY.items() if self._keep is None or self._keep(cls)]
-        return (("none",) if self._with_none else ()) + tuple(names)
-
-    def __getitem__(self, index):
-        return self._names()[index]
+        return self._first + tuple(n for n, cls in CONTROL_REGISTRY.items() if self._keep is None or self._keep(cls))
 
     def __len__(self) -> int:
         return len(self._names())
@@ -326,13 +319,40 @@ class RegisteredControls(Sequence):
     def __iter__(self):
         return iter(self._names())
 
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+class RegisteredControls(_RegistryView, Sequence):
+    """The registered control names as a read-only sequence, optionally those whose class ``keep`` keeps; with
+    ``"none"`` first when ``with_none``. It is what ``ENTROPY_CONTROLS`` & co. are, so that a control registered outside
+    the package (with ``trl_entropy.register_control``) is a valid ``entropy_control`` everywhere, the command line's
+    choices included."""
+
+    def __init__(self, keep=None, with_none: bool = False):
+        super().__init__(keep, ("none",) if with_none else ())
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
     def __eq__(self, other) -> bool:
         return tuple(self) == tuple(other) if isinstance(other, (Sequence, tuple, list)) else NotImplemented
 
     __hash__ = None
 
-    def __repr__(self) -> str:
-        return repr(self._names())
+
+class RegistryMapping(_RegistryView, Mapping):
+    """The names ``first`` and every registered control, each mapped to ``value(name)``: a read-only mapping (the
+    demo's methods, the model card's method information)."""
+
+    def __init__(self, value, first: tuple[str, ...] = ()):
+        super().__init__(first=first)
+        self._value = value
+
+    def __getitem__(self, name):
+        if name not in self._names():
+            raise KeyError(name)
+        return self._value(name)
 
 
 def methods_table() -> str:

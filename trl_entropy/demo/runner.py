@@ -19,13 +19,13 @@ import os
 import statistics
 import textwrap
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
 
 from ..controls import CONTROL_REGISTRY
+from ..controls._base import RegistryMapping
 from ..metrics import FINAL_REWARD_DEFINITION, TRACKING_ERROR_DEFINITION, final_reward, tracking_error
 from . import testbed
 
@@ -70,32 +70,19 @@ class DemoSettings:
         return self.steps if self.steps is not None else self.get_testbed().demo_steps
 
 
-class _DemoMethods(Mapping):
-    """name -> (uses GRPOEntropyTrainer, config overrides, description): plain GRPO, then every registered control in
-    registration order (:data:`trl_entropy.controls.CONTROL_REGISTRY`), a live view, so a control registered
-    outside the package is a method too. A control's line is its ``demo_description`` (default: its card text);
-    ``demo_overrides`` adds config settings per testbed (see :func:`run_method`)."""
-
-    def _names(self) -> list[str]:
-        return ["grpo", *CONTROL_REGISTRY]
-
-    def __getitem__(self, name):
-        if name == "grpo":
-            return (False, {}, "plain TRL GRPOTrainer")
-        cls = CONTROL_REGISTRY[name]
-        return (True, {"entropy_control": name}, cls.demo_description or cls.method_text())
-
-    def __iter__(self):
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __repr__(self) -> str:
-        return f"METHODS({self._names()!r})"
+def _demo_method(name: str) -> tuple[bool, dict, str]:
+    """(uses GRPOEntropyTrainer, config overrides, description) of a demo method. A control's line is its
+    ``demo_description`` (default: its card text); ``demo_overrides`` adds config settings per testbed (see
+    :func:`run_method`)."""
+    if name == "grpo":
+        return (False, {}, "plain TRL GRPOTrainer")
+    cls = CONTROL_REGISTRY[name]
+    return (True, {"entropy_control": name}, cls.demo_description or cls.method_text())
 
 
-METHODS = _DemoMethods()
+# name -> _demo_method(name): plain GRPO, then every registered control in registration order, a live view of the
+# registry (trl_entropy.controls.CONTROL_REGISTRY), so a control registered outside the package is a method too.
+METHODS = RegistryMapping(_demo_method, first=("grpo",))
 DEFAULT_METHOD = "entropy_bonus"  # the recommended control (docs: choosing)
 
 
