@@ -100,7 +100,7 @@ class EntropyBonusSettings:
                   "the coefficient before an error builds up); >= 0, default 2."},
     )
     entropy_bonus_min: float = field(
-        default=-0.1,
+        default=-0.5,
         metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0, default "
                   "-0.1. Small on purpose: a penalty sharpens the policy blind to the reward."},
     )
@@ -114,7 +114,7 @@ class EntropyBonusSettings:
                   "the size of entropy_bonus_min and entropy_bonus_max, default 1."},
     )
     entropy_bonus_bound_patience: int = field(
-        default=10,
+        default=2,
         metadata={"help": "Entropy bonus: steps in a row the coefficient must sit at a bound, pushed further, before "
                   "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1, default 10."},
     )
@@ -232,8 +232,8 @@ class EntropyBonusControl(ControllerControl):
         "entropy_bonus_integral_beyond": "clip", "entropy_bonus_lower_ki_fraction": 0.0}.items()}
     demo_description = "feedback entropy bonus: a signed coefficient under PI + feed-forward control (this package)"
     docs_page = "entropy-bonus.md"
-    docs_row = ('feedback entropy bonus: a signed coefficient (bonus or penalty) under a filtered, predictive PI law with feed-forward and momentum compensation (this package; the recommendation)',
-                '`entropy_coef`: law within [−0.1, 0.5] (each bound growing to 1 in size), applied within ±2× the larger bound',
+    docs_row = ('feedback entropy bonus: a signed coefficient (bonus or penalty) under a filtered, predictive PI law with feed-forward, momentum compensation and a gain calibrated by the persistence of its error (this package; the recommendation for following a schedule)',
+                '`entropy_coef`: law within [−0.5, 0.5] (each bound growing to 1 in size; no penalty below the target), applied within ±2× the larger bound',
                 'every update',
                 'yes')
 

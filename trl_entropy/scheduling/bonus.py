@@ -168,10 +168,10 @@ class EntropyBonusController:
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
 
-    def __init__(self, kp: float = 0.25, ki: float = 0.03, kff: float = 2.0, c_min: float = -0.1,
+    def __init__(self, kp: float = 0.25, ki: float = 0.03, kff: float = 2.0, c_min: float = -0.5,
                  c_max: float = 0.5, horizon: float = 6.0, level_smoothing: float = 0.4,
                  trend_smoothing: float = 0.2, initial: float = 0.0, bound_limit: float | None = 1.0,
-                 bound_patience: int = 10, adapt_gain: bool = True, authority: float = 1.0,
+                 bound_patience: int = 2, adapt_gain: bool = True, authority: float = 1.0,
                  momentum: float = 0.9, momentum_compensation: float = 0.5, noise_reference: float = 0.25,
                  compensation_clip: str = "symmetric"):
         if compensation_clip not in self.COMPENSATION_CLIPS:
@@ -232,6 +232,8 @@ class EntropyBonusController:
         self.moment_steps = 1  # steps in that average (Adam's bias correction)
         self.law = self.value  # the law's output: the coefficient the optimizer should see after its averaging
         self.step_reading: float | None = None  # see note_step_reading (used by the next update, then cleared)
+        self.boost = 1.0  # the gain's persistence factor (_adapt_boost): the loop's own calibration
+        self.error_sign = 0  # the sign of the level's last significant error, 0 before any
 
     @property
     def gain_scale(self) -> float:
@@ -239,7 +241,7 @@ class EntropyBonusController:
         (at most :attr:`noise_cap`), else 1."""
         if not self.adapt_gain:
             return 1.0
-        return min(self.authority.gain_scale, self.noise_cap)
+        return min(self.authority.gain_scale, self.noise_cap) * self.boost
 
     @property
     def varentropy(self) -> float | None:
@@ -291,14 +293,38 @@ class EntropyBonusController:
         self.law = min(self.c_max, max(low, self.raw))
         pushing_past = self._pushes_past_a_bound(self.error, low)
         summed = _clipped_relative_error(next_target, self.level)  # what the integral sums (step 5)
+        if self.adapt_gain:
+            self._adapt_boost(summed)
+            scale = self.gain_scale
         if not self._pushes_past_a_bound(summed, low):
             self.integral = min(self.c_max, max(low, self.integral + scale * self.ki * summed))
         else:
             self.integral = max(low, self.integral)
         self._grow_bounds(pushing_past)
         self.value = self._compensate(self.law, low)
+        if measured < target:  # no penalty while the latest reading is below the target (see _floor)
+            self.law, self.value = max(self.law, 0.0), max(self.value, 0.0)
         self._applied(self.value)
         return self.value
+
+    BOOST_UP, BOOST_DOWN, BOOST_RANGE = 1.15, 0.5, (0.25, 8.0)
+
+    def _adapt_boost(self, level_error: float) -> None:
+        """The loop's own calibration of its gains, by the persistence of its error: while the filtered level's
+        error keeps its sign, is larger than the level's own noise, and the prediction ahead does not close it, the
+        gains grow by ``BOOST_UP`` a step (too little authority: the knob is not moving the entropy); when the error
+        changes sign, they shrink by ``BOOST_DOWN`` (the loop overshot: too much gain for its delay). Within
+        ``BOOST_RANGE``; scale-free, so it fits a knob of any authority, model, task or learning rate."""
+        a = self.level_smoothing
+        level_noise = self.noise * math.sqrt(a / (2.0 - a))  # sd of an exponential average of the noise
+        if abs(level_error) <= 2.0 * level_noise:
+            return
+        sign = 1 if level_error > 0 else -1
+        if sign == self.error_sign and self.error * sign > 0:
+            self.boost = min(self.BOOST_RANGE[1], self.boost * self.BOOST_UP)
+        elif self.error_sign and sign != self.error_sign:
+            self.boost = max(self.BOOST_RANGE[0], self.boost * self.BOOST_DOWN)
+        self.error_sign = sign
 
     def target_ahead(self, target: float, slope: float) -> float:
         """The target the predicted entropy is compared with (step 2 of the class docstring): ``horizon`` steps
@@ -465,6 +491,8 @@ class EntropyBonusController:
             "pull_var": self.pull_var,
             "pull_count": self.pull_count,
             "signal": self.signal,
+            "boost": self.boost,
+            "error_sign": self.error_sign,
             "authority": self.authority.state_dict(),
             "config": {"kp": self.kp, "ki": self.ki, "kff": self.kff, "c_min": self.c_min, "c_max": self.c_max,
                        "horizon": self.horizon, "level_smoothing": self.level_smoothing,
@@ -498,6 +526,8 @@ class EntropyBonusController:
         self.pull_var = None if state.get("pull_var") is None else float(state["pull_var"])
         self.pull_count = None if state.get("pull_count") is None else float(state["pull_count"])
         self.signal = None if state.get("signal") is None else float(state["signal"])
+        self.boost = float(state.get("boost", 1.0))
+        self.error_sign = int(state.get("error_sign", 0))
         if "authority" in state:
             self.authority.load_state_dict(state["authority"])
 

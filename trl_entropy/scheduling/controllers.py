@@ -248,7 +248,7 @@ class SaturationMonitor:
     counts the times it became saturated.
     """
 
-    def __init__(self, window: int = 20):
+    def __init__(self, window: int = 3):
         if window < 1:
             raise ValueError(f"saturation_window must be >= 1, got {window}.")
         self.window = int(window)
@@ -264,12 +264,19 @@ class SaturationMonitor:
     def message(self, step: int, control: str, knob: str | None, value: float, measured: float, target: float) -> str:
         """The warning of a control that became saturated (``knob``: its name, ``value``: where it sits)."""
         side = "below" if self.push > 0 else "above"
-        knob = f"its knob {knob} = {value:g}" if knob else "its knob"
-        return (f"Step {step}: entropy_control={control!r} is saturated: for {self.window} steps {knob} has sat at a "
-                f"limit of its range while the entropy stayed {side} its target ({measured:.3f} vs {target:.3f} "
-                "nats). The target is beyond what this control can reach with this model, task and learning rate: "
-                "widen the knob's range where it has one, choose a reachable target, or use a control with more "
-                "authority (docs: testbeds, 'Knob authority'). Logged as entropy_control/saturated.")
+        way = "raise" if self.push > 0 else "lower"
+        shown = f"its knob {knob} = {value:g}" if knob else "its knob"
+        if knob == "entropy_coef":  # the feedback bonus: its reach is its bound
+            widen = ("raise entropy_bonus_bound_limit (the largest size the coefficient's bounds may grow to)" +
+                     (", or entropy_bonus_min's size" if self.push < 0 else ""))
+        else:
+            widen = ("widen the knob's range where it has one, or set entropy_bonus_assist=True so that the feedback "
+                     "bonus takes the remainder")
+        return (f"Step {step}: entropy_control={control!r} is saturated: for {self.window} steps {shown} has sat at "
+                f"the limit of its reach while the entropy stayed {side} its target ({measured:.3f} vs "
+                f"{target:.3f} nats): this control cannot {way} the entropy further with this model, task and "
+                f"learning rate. To reach the target, {widen}; or choose a target {'lower' if self.push > 0 else 'higher'}"
+                " than this one. Logged as entropy_control/saturated.")
 
     def update(self, push: int) -> bool:
         """Record one optimizer step's ``push`` (a control's ``limit_push``: +1, -1 or 0) and return

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["entropy_sums", "measurement_standard_error", "sequence_spread_sums", "generation_batch_entropy",
+__all__ = ["entropy_sums", "global_mean_and_error", "measurement_standard_error", "sequence_spread_sums", "generation_batch_entropy",
            "global_token_mean", "pull_coefficient", "signal_token_count"]
 
 
@@ -61,6 +61,19 @@ def measurement_standard_error(mean: float, count: float, spread) -> float | Non
     squares = max(0.0, ss - 2.0 * mean * sn + mean * mean * nn)
     value = math.sqrt(rows / (rows - 1.0) * squares) / count
     return value if math.isfinite(value) else None
+
+
+def global_mean_and_error(entropies: torch.Tensor, mask: torch.Tensor, reduce) -> tuple[float | None, float | None]:
+    """The token mean of ``entropies`` over ``mask`` and its standard error (:func:`measurement_standard_error`),
+    summed over processes in one ``reduce(tensor, "sum")``; ``(None, None)`` without a token."""
+    m = mask.to(entropies.dtype)
+    sums = torch.cat([torch.stack([(entropies * m).sum(), m.sum()]).float(), sequence_spread_sums(entropies, m)])
+    totals = reduce(sums, "sum")
+    count = float(totals[1])
+    if count <= 0:
+        return None, None
+    mean = float(totals[0]) / count
+    return mean, measurement_standard_error(mean, count, totals[2:6])
 
 
 def global_token_mean(entropies: torch.Tensor | None, mask: torch.Tensor, reduce) -> float | None:

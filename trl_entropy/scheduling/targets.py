@@ -94,6 +94,28 @@ def build_schedule(args, initial: float | None):
     )
 
 
+INITIAL_PRECISION = 0.02  # the relative standard error a target written relative to "initial" is measured to
+
+
+def initial_entropy_metrics(entropy: float, standard_error: float | None) -> dict:
+    """The metrics of the initial entropy (``initial_entropy`` and its standard error ``initial_entropy_se``, from the
+    spread of the first generation batch's completions), with a warning when that error is above
+    ``INITIAL_PRECISION`` of the value: a target written relative to ``"initial"`` inherits it."""
+    out = {"initial_entropy": entropy}
+    if standard_error is None:
+        return out
+    out["initial_entropy_se"] = standard_error
+    if entropy > 0 and standard_error > INITIAL_PRECISION * entropy:
+        warnings.warn(
+            f"The initial entropy, {entropy:.4f} nats, was measured on the first generation batch to a standard error "
+            f"of {standard_error:.4f} ({100 * standard_error / entropy:.1f}%, above {100 * INITIAL_PRECISION:g}%): a "
+            "target written relative to \"initial\" carries that error. For a steadier start, generate more "
+            "completions per batch (per_device_train_batch_size x steps_per_generation), or write the target in nats "
+            "(measure it once with trl_entropy.demo.testbed.completion_entropy or a short run).",
+            RuntimeWarning, stacklevel=3)
+    return out
+
+
 def warn_if_end_looks_like_a_fraction(args, initial: float, stacklevel: int = 1) -> None:
     """A start relative to the initial entropy with a bare end of at most 1 is ambiguous: the end is read in nats,
     but may have been meant as a fraction. Say what was resolved, and how to write a fraction (``stacklevel`` as

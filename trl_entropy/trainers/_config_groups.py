@@ -120,7 +120,7 @@ class _ScheduleSettings:
         metadata={"help": "For 'wsd': fraction of training, in (0, 1], spent annealing at the end."},
     )
     saturation_window: int = field(
-        default=20,
+        default=3,
         metadata={"help": "Steps in a row a control's knob must sit at a limit, pushed by an error of one sign, "
                   "before entropy_control/saturated is 1 (and a warning says the target is out of reach); >= 1."},
     )

@@ -93,7 +93,7 @@ class GRPOEntropyConfig(*reversed(BUILTIN_SETTINGS), AnswerSettings, _RunSetting
             Optimizer steps during which the target is held at `entropy_schedule_start` before the shape begins.
         entropy_schedule_anneal_ratio (`float`, *optional*, defaults to `0.1`):
             For `"wsd"`: fraction of training, in (0, 1], spent annealing from start to end at the end of training.
-        saturation_window (`int`, *optional*, defaults to `20`):
+        saturation_window (`int`, *optional*, defaults to `3`):
             A target-following control is *saturated* when, for this many optimizer steps in a row, its knob has sat
             at a limit of its range (e.g. `epsilon_high` at `adaptive_clip_max`, lambda at 0, Entrocraft outside its
             band) while the error kept asking to go further the same way: the target lies beyond what the knob can

@@ -36,6 +36,7 @@ from ..scheduling.controllers import SaturationMonitor
 from ..scheduling.measurement import (
     entropy_sums,
     generation_batch_entropy,
+    global_mean_and_error,
     global_token_mean,
     measurement_standard_error,
     sequence_spread_sums,
@@ -46,6 +47,7 @@ from ..scheduling.targets import (
     build_schedule,
     check_targets_below_max_entropy,
     max_entropy,
+    initial_entropy_metrics,
     warn_if_end_looks_like_a_fraction,
 )
 from .answers import AnswerDiversityMixin, outcome_entropy_sums
@@ -159,13 +161,14 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         self._ec_scoring_entropies: torch.Tensor | None = None
         self._ec_all_rejected = 0
         self._ec_saving_checkpoint = False  # inside _save_checkpoint: the card is written already
-        self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 20))
+        self._ec_saturation = SaturationMonitor(getattr(args, "saturation_window", 3))
         self._ec_warned_saturation = False
         self.entropy_target: float | None = None
         self.entropy_phase: str | None = None
         self.last_measured_entropy: float | None = None
         self.entropy_schedule = None
         self.initial_entropy: float | None = None  # measured on the first generation batch when the schedule needs it
+        self.initial_entropy_se = self._ec_rollout_se = None  # its standard error (the batch's spread)
         self._ec_schedule_callback = None
         self.max_entropy = max_entropy(self.model)
         if self.entropy_control is not None and args.entropy_schedule is not None:
@@ -221,7 +224,9 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
             )
             return
         self._set_initial_entropy(entropy)
-        log_metric(self, METRIC_PREFIX + "initial_entropy", entropy)
+        self.initial_entropy_se = self._ec_rollout_se
+        for key, value in initial_entropy_metrics(entropy, self.initial_entropy_se).items():
+            log_metric(self, METRIC_PREFIX + key, value)
 
     def _set_initial_entropy(self, entropy: float) -> None:
         check_targets_below_max_entropy(self.args, self.max_entropy, entropy)
@@ -369,10 +374,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
                     batch_size=self.args.per_device_train_batch_size,
                     compute_entropy=True,
                 )
-        mask = loss_mask.to(entropies.dtype)
-        totals = self.accelerator.reduce(torch.stack([(entropies * mask).sum(), mask.sum()]).float(), "sum")
-        count = float(totals[1])
-        entropy = float(totals[0]) / count if count > 0 else None
+        entropy, self._ec_rollout_se = global_mean_and_error(entropies, loss_mask, self.accelerator.reduce)
         if entropy is not None and not math.isfinite(entropy):
             warnings.warn(
                 f"Step {self.state.global_step}: the rollout entropy is not finite; the rollout control keeps every "
