@@ -139,6 +139,7 @@ def tokenizer():
 #    (pytest --durations=0). tests/test_tiers.py checks that each name still exists. A DeepSpeed test
 #    (`deepspeed`) launches 2 processes, so it is `multiprocess` too.
 SLOW_TESTS = {
+    "test_saturation_bonus.py": {"test_an_unreachable_target_saturates_the_bonus_within_a_25_step_run"},
     "test_bad_inputs.py": {"test_a_lambda_schedule_survives_checkpoints_resume_and_save_model",
         "test_fault_counters_survive_a_resume_and_each_checkpoint_writes_its_card_once",
         "test_a_short_wsd_run_trains_its_last_step_at_the_end_target_and_the_card_says_so",

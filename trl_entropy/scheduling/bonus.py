@@ -458,13 +458,14 @@ class EntropyBonusController:
 
     @property
     def limit_push(self) -> int:
-        """+1 when the last output was clipped at ``c_max`` with entropy below its target and that bound can grow no
-        more (``bound_limit``), -1 likewise at ``c_min``, else 0."""
+        """+1 when the law's unclipped output asks for at least the largest coefficient the bounds can reach
+        (``bound_limit``, else ``c_max``) with entropy below its target, -1 likewise at the bottom, else 0: the knob is
+        at the limit of its reach, whether or not its bounds have grown there yet."""
         top = self.c_max if self.bound_limit is None else self.bound_limit
         bottom = self.c_min if self.bound_limit is None else -self.bound_limit
-        if self.raw >= self.c_max >= top and self.error > 0:
+        if self.raw >= top and self.error > 0:
             return 1
-        if self.raw <= self.c_min <= bottom and self.error < 0:
+        if self.raw <= bottom and self.error < 0:
             return -1
         return 0
 
