@@ -254,7 +254,7 @@ def test_reward_error_search_is_off_by_default_and_a_bool():
         (dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entrocraft_gamma=5.0, cov_scope="local"),
          r"entrocraft_gamma \(entropy_control='entrocraft'\); cov_scope \(entropy_control='clip_cov' or 'kl_cov'\) "
          r"set, but entropy_control='entropy_bonus' does not use them"),
-        (dict(entropy_bonus_min=-0.5), r"entropy_bonus_min .* entropy_control='none' does not use it"),
+        (dict(entropy_bonus_min=-0.3), r"entropy_bonus_min .* entropy_control='none' does not use it"),
         (dict(entropy_control="trl_adaptive", entropy_schedule_start=0.5, entropy_bonus_max=1.0),
          r"entropy_bonus_max .* entropy_control='trl_adaptive' does not use it"),
     ],
@@ -270,7 +270,7 @@ def test_a_field_of_a_control_that_does_not_run_warns(kw, message):
         dict(AC, adaptive_clip_delta=0.05, epsilon_high=0.4),  # its own fields; TRL's fields never count
         dict(AC, entropy_bonus_assist=True, entropy_bonus_kp=0.5),  # the assist runs the bonus's fields
         dict(entropy_control="kl_cov", cov_scope="local", kl_cov_ratio=0.01),
-        dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entropy_bonus_min=-0.5, entropy_coef=0.01),
+        dict(entropy_control="entropy_bonus", entropy_schedule_start=0.5, entropy_bonus_min=-0.3, entropy_coef=0.01),
         dict(AC, entrocraft_gamma=10.0),  # equal to its default: not set
     ],
 )
@@ -333,7 +333,7 @@ TRL_RULE = dict(entropy_control="trl_adaptive", entropy_schedule_start=0.5)
         (dict(BONUS, entropy_coef_max=0.3, entropy_coef_delta=0.01),
          r"entropy_coef_delta=0.01, entropy_coef_max=0.3 set: they are settings of TRL's adaptive entropy coefficient, "
          r"and entropy_control='entropy_bonus' moves the coefficient by its own law within \[entropy_bonus_min, "
-         r"entropy_bonus_max\] = \[-0.1, 0.5\], so they have no effect on this run"),
+         r"entropy_bonus_max\] = \[-0.5, 0.5\], so they have no effect on this run"),
         (dict(AC, entropy_coef_min=0.01),
          r"entropy_coef_min=0.01 set: it is a setting of TRL's adaptive entropy coefficient, and "
          r"entropy_control='adaptive_clip' does not run TRL's adaptive entropy coefficient"),

@@ -1,6 +1,7 @@
 """EntropyBonusController alone: hand-computed steps, step response, bounds and anti-windup, a negative coefficient,
 feed-forward, state round trip, and a closed loop on a simulated plant with delay-free integrating dynamics."""
 
+import copy
 import math
 import random
 
@@ -26,14 +27,22 @@ def test_first_steps_by_hand():
     assert c.error == pytest.approx(0.5)
     assert v1 == pytest.approx(0.0 + 0.05 * 0.5)  # I (0) + kp e; ff 0
     assert c.integral == pytest.approx(0.005 * 0.5)
+    # the level's error (0.5) is beyond twice the level's noise (0.25 * sqrt(0.3 / 1.7) = 0.105): its sign is noted,
+    # the boost stays 1 (no earlier sign to persist)
+    assert (c.boost, c.error_sign) == (1.0, 1)
     # step 2: measured 0.7 -> level = 0.3*0.7 + 0.7*(0.5 + 0) = 0.56; trend = 0.2*(0.06) = 0.012
-    # prediction 0.56 + 3*0.012 = 0.596; e = 0.404; c = 0.0025 + 0.05*0.404; the integral sums 1 - 0.56
+    # prediction 0.56 + 3*0.012 = 0.596; e = 0.404; c = 0.0025 + 0.05*0.404 (the law: gains before this step's
+    # boost); the level's error 1 - 0.56 = 0.44 keeps its sign, beyond twice the level's noise (the noise now
+    # sqrt(0.9 * 0.0625 + 0.1 * (0.2 / 0.5)^2) = 0.269, the level's 0.113) with the prediction agreeing: the boost
+    # grows to 1.15, and the integral sums 0.44 at the boosted gain (authority and noise cap both at 1 still)
     v2 = c.update(0.7, 1.0)
     assert c.level == pytest.approx(0.56)
     assert c.trend == pytest.approx(0.012)
     assert c.predicted == pytest.approx(0.596)
+    assert c.noise == pytest.approx(math.sqrt(0.9 * 0.0625 + 0.1 * 0.16))
     assert v2 == pytest.approx(0.0025 + 0.05 * 0.404)
-    assert c.integral == pytest.approx(0.0025 + 0.005 * 0.44)
+    assert c.boost == pytest.approx(1.15) and c.authority.gain_scale == 1.0 and c.noise_cap == 1.0
+    assert c.integral == pytest.approx(0.0025 + 1.15 * 0.005 * 0.44)
 
 
 def test_step_response_signs():
@@ -261,27 +270,40 @@ def test_adaptive_gain_lowers_the_gains_on_a_strong_knob_and_raises_them_on_a_we
     strong, weak = EntropyBonusController(), EntropyBonusController()
     multiplicative_plant(strong.update, 2.5)
     multiplicative_plant(weak.update, 0.4)
-    assert strong.gain_scale < 0.75 and weak.gain_scale > 1.2  # closed loop: the estimates lean toward the prior
+    # the authority's part of the gain scale (the persistence boost multiplies it: its own tests below)
+    assert strong.authority.gain_scale < 0.75 and weak.authority.gain_scale > 1.2  # closed loop: lean to the prior
+    for c in (strong, weak):
+        assert c.gain_scale == pytest.approx(min(c.authority.gain_scale, c.noise_cap) * c.boost)
     fixed = EntropyBonusController(adapt_gain=False)
     multiplicative_plant(fixed.update, 2.5)
     assert fixed.gain_scale == 1.0 and fixed.authority.estimate != 1.0  # estimated, not used
 
 
+class WithoutBoost(EntropyBonusController):
+    """The law with the persistence boost held at 1: the authority estimate's part of ``adapt_gain`` alone."""
+    BOOST_UP = BOOST_DOWN = 1.0
+
+
 def test_adaptive_gain_tracks_better_than_fixed_gains_across_a_range_of_authorities():
-    """What the feature is for (benchmarks/controller_sim.py has the full picture): over a 6x range of the knob's
-    authority, the same defaults hold the target better when the gains follow the estimate."""
+    """What the authority estimate is for (benchmarks/controller_sim.py has the full picture): over a 6x range of
+    the knob's authority, the same defaults hold the target better when the gains follow the estimate. The
+    persistence boost is held at 1 here (``WithoutBoost``), so that this compares the estimate alone with fixed
+    gains."""
     def mean_error(adapt):
         errors = []
         for g in (0.4, 2.5):
             for seed in range(3):
-                c = EntropyBonusController(adapt_gain=adapt)
+                c = WithoutBoost() if adapt else EntropyBonusController(adapt_gain=False)
                 _, readings = multiplicative_plant(c.update, g, seed=seed, noise=0.15)
                 smooth = [sum(readings[max(0, i - 9):i + 1]) / len(readings[max(0, i - 9):i + 1])
                           for i in range(len(readings))]
                 errors += [abs(x - 1.0) for x in smooth[24:]]
         return sum(errors) / len(errors)
 
-    assert mean_error(True) < 0.85 * mean_error(False)
+    # with the bounds of -0.5 / 0.5 the fixed gains do better on the strong knob than they did at -0.1 / 0.5, so
+    # the estimate's margin is smaller than it was (0.73 of the fixed gains' error then, 0.92 now; over ten triples
+    # of seeds 0.88-0.97)
+    assert mean_error(True) < 0.95 * mean_error(False)
 
 
 def test_authority_estimate_is_held_within_its_spread_and_survives_a_round_trip():
@@ -365,8 +387,11 @@ def test_full_compensation_makes_adams_average_follow_the_law_at_once():
     update = c.update
     c.update = lambda m, t: applied.append(update(m, t)) or applied[-1]
     pairs = _adam_first_moments(c, readings)
-    free = [pair for pair, v in zip(pairs, applied) if abs(v) < 2.0]  # not held at twice the bounds
-    assert len(free) > 40  # a step held at the limit breaks the identity; the next free step restores it
+    # a step held at twice the bounds, or raised to 0 by the no-penalty floor (a reading below the target), breaks
+    # the identity; the next free step restores it
+    floored = [r < 1.0 and (law == 0.0 or v == 0.0) for r, (law, _), v in zip(readings, pairs, applied)]
+    free = [pair for pair, v, f in zip(pairs, applied, floored) if abs(v) < 2.0 and not f]
+    assert any(floored) and len(free) > 30
     assert max(abs(law - avg) for law, avg in free) < 1e-5
     assert c.averaged == pytest.approx(pairs[-1][1], abs=1e-5)
     # without compensation Adam's average lags the law by several steps
@@ -481,11 +506,12 @@ def test_noise_estimate_follows_the_measurement_noise():
 
 def test_gains_rise_above_the_reference_only_on_a_clean_measurement():
     """A weak knob (the authority estimate at its floor) raises the gains 5x when the measurement is clean, not at
-    all when it is as noisy as the SmolLM2 testbed's; lowering them is never limited."""
+    all when it is as noisy as the SmolLM2 testbed's; lowering them is never limited. (The capped authority scale:
+    the persistence boost multiplies it, and is tested on its own.)"""
     def final_scale(g, noise):
         c = EntropyBonusController()
         multiplicative_plant(c.update, g, noise=noise, steps=150)
-        return c, c.gain_scale
+        return c, c.gain_scale / c.boost  # the capped authority scale, without the persistence boost on top
 
     clean, s_clean = final_scale(0.1, 0.02)
     noisy, s_noisy = final_scale(0.1, 0.3)
@@ -530,7 +556,7 @@ def _falling(t):
 
 
 def test_level_integral_sums_the_filtered_levels_error_by_hand():
-    c = make()
+    c = make(adapt_gain=False)  # fixed gains: the persistence boost (test_first_steps_by_hand) off
     c.update(0.5, 1.0)  # first step: level 0.5, no trend, so both errors are 0.5
     assert c.integral == pytest.approx(0.005 * 0.5)
     c.update(0.7, 1.0)  # level 0.56, prediction 0.596 (test_first_steps_by_hand): the integral sums 1 - 0.56
@@ -613,7 +639,7 @@ def test_signal_fraction_is_smoothed_and_bad_values_ignored():
 def _at_the_lower_bound(**kw):
     """A controller whose integral holds a standing bonus of 0.1 and whose reading jumps far above the target, so
     that the proportional term drives the law to its lower bound (-0.1) with the error negative."""
-    c = EntropyBonusController(adapt_gain=False, momentum_compensation=0.0, kp=2.0, **kw)
+    c = EntropyBonusController(adapt_gain=False, momentum_compensation=0.0, kp=2.0, c_min=-0.1, **kw)
     for _ in range(20):
         c.update(1.0, 1.0)
     c.integral = 0.1
@@ -652,3 +678,87 @@ def test_a_state_saved_with_the_removed_variants_loads():
     b = EntropyBonusController()
     b.load_state_dict(old)
     assert [a.update(m, t) for m, t in seq[20:]] == [b.update(m, t) for m, t in seq[20:]]
+
+
+# --- the persistence boost (adapt_gain) and the no-penalty floor ----------------------------------------------
+
+def test_the_boost_grows_while_a_significant_error_persists_and_halves_when_it_flips():
+    c = make()  # level smoothing 0.3: the level's noise is 0.42 times the measurement's
+    boosts = []
+    for _ in range(6):  # far below the target: the level's error (0.5) persists, well beyond its noise
+        c.update(0.5, 1.0)
+        boosts.append(c.boost)
+    # the first step notes the sign; each later one multiplies by BOOST_UP (the prediction agrees: no trend)
+    assert boosts == pytest.approx([1.15**k for k in range(6)])
+    assert c.error_sign == 1 and c.authority.gain_scale == 1.0
+    assert c.gain_scale == pytest.approx(c.boost)  # the gains carry it (authority and noise cap at 1 so far)
+    for _ in range(4):  # far above: the level's error crosses 0 (steps 1-2 within the noise: held), then flips
+        c.update(2.0, 1.0)
+        boosts.append(c.boost)
+    b = 1.15**5
+    assert boosts[6:] == pytest.approx([b, b, b * 0.5, b * 0.5 * 1.15]) and c.error_sign == -1
+    for _ in range(30):  # a persistent error: the boost stops at the top of its range
+        c.update(2.0, 1.0)
+    assert c.boost == 8.0
+    c.boost = 0.3
+    for _ in range(10):  # and a flip halves it down to the bottom of its range only
+        c.update(0.2, 1.0)
+        if c.error_sign == 1:
+            break
+    assert c.error_sign == 1 and c.boost == 0.25
+
+
+def test_the_boost_holds_within_the_noise_or_while_the_prediction_closes_the_error():
+    small = make()
+    for _ in range(10):  # an error of 0.1: within twice the level's noise (0.21 at first, shrinking)
+        small.update(0.9, 1.0)
+    assert (small.boost, small.error_sign) == (1.0, 0)
+    fast = make(horizon=10.0)
+    for _ in range(4):
+        fast.update(0.5, 1.0)
+    before = fast.boost
+    assert before > 1.0
+    fast.trend = 0.1  # the filter sees the entropy rising fast: the prediction ahead is past the target
+    fast.update(0.5, 1.0)
+    assert fast.level < 1.0 < fast.predicted and fast.error < 0  # the level's error persists, the prediction not
+    assert (fast.boost, fast.error_sign) == (before, 1)
+    fixed = make(adapt_gain=False)
+    for _ in range(10):
+        fixed.update(0.5, 1.0)
+    assert (fixed.boost, fixed.gain_scale) == (1.0, 1.0)  # adapt_gain=False: no boost either
+
+
+def test_no_penalty_while_the_reading_is_below_the_target_even_with_a_negative_integral():
+    """Entropy rising past its target winds the integral down and the law to a penalty; one reading below the
+    target (the filtered level still above it) sets the law and the applied coefficient to 0, not to a penalty.
+    The same state with a reading at the target does apply one."""
+    c = EntropyBonusController()  # the defaults: momentum compensation 0.5
+    for i in range(8):
+        c.update(1.0 + 0.1 * i, 1.0)
+    assert c.integral < 0 and c.law < 0
+    at, u = copy.deepcopy(c), c.authority.u
+    c.update(0.95, 1.0)
+    at.update(1.0, 1.0)
+    assert c.integral < 0 and c.level > 1.0  # the integral and the filter still ask for a penalty
+    assert c.law == 0.0 and c.value == 0.0
+    assert c.authority.u == pytest.approx(0.9 * u)  # the optimizer's average records the 0 applied
+    assert at.law < -0.1 and at.value < -0.1  # at the target, the penalty
+
+
+def test_a_state_round_trip_keeps_the_boost_and_its_sign():
+    seq = [0.5] * 5 + [2.0] * 12  # a persistent error, then one of the other sign: the boost grows, halves, grows
+    a = EntropyBonusController()
+    for m in seq[:5]:
+        a.update(m, 1.0)
+    state = a.state_dict()
+    assert state["boost"] > 1.0 and state["error_sign"] == 1
+    b = EntropyBonusController()
+    b.load_state_dict(state)
+    assert (b.boost, b.error_sign) == (a.boost, a.error_sign)
+    rest_a = [(a.update(m, 1.0), a.boost) for m in seq[5:]]
+    assert [(b.update(m, 1.0), b.boost) for m in seq[5:]] == rest_a
+    # restored without them (a state saved before the boost), the run goes differently: the keys carry it
+    older = EntropyBonusController()
+    older.load_state_dict({k: v for k, v in state.items() if k not in ("boost", "error_sign")})
+    assert (older.boost, older.error_sign) == (1.0, 0)
+    assert [(older.update(m, 1.0), older.boost) for m in seq[5:]] != rest_a

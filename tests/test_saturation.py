@@ -32,6 +32,27 @@ def test_monitor_state_round_trip():
     assert clone.update(1) is True and clone.events == 1
 
 
+def test_the_default_window_saturates_after_three_steps_and_the_message_names_the_fix_for_its_knob():
+    import dataclasses
+
+    from trl_entropy import GRPOEntropyConfig
+
+    m = SaturationMonitor()
+    assert [m.update(1) for _ in range(4)] == [False, False, True, True] and m.window == 3
+    default = {f.name: f.default for f in dataclasses.fields(GRPOEntropyConfig)}["saturation_window"]
+    assert default == m.window  # the config's default is the monitor's
+    bonus = m.message(7, "entropy_bonus", "entropy_coef", 1.0, 0.4, 1.0)
+    assert "for 3 steps" in bonus and "entropy_bonus_bound_limit" in bonus and "entropy_bonus_assist" not in bonus
+    assert "below its target" in bonus and "choose a target lower" in bonus
+    clip = m.message(7, "adaptive_clip", "epsilon_high", 0.5, 0.4, 1.0)
+    assert "entropy_bonus_assist=True" in clip and "entropy_bonus_bound_limit" not in clip
+    low = SaturationMonitor()
+    for _ in range(3):
+        low.update(-1)
+    penalty = low.message(7, "entropy_bonus", "entropy_coef", -1.0, 2.0, 1.0)
+    assert "above its target" in penalty and "entropy_bonus_bound_limit" in penalty and "entropy_bonus_min" in penalty
+
+
 def test_monitor_rejects_bad_window():
     with pytest.raises(ValueError, match="saturation_window"):
         SaturationMonitor(window=0)
