@@ -34,17 +34,17 @@ class EntropyBonusSettings:
         entropy_bonus_kff (`float`, *optional*, defaults to `2.0`):
             Feed-forward gain on the target's relative change per step (an anneal lowers the coefficient before an
             error builds up); >= 0.
-        entropy_bonus_min (`float`, *optional*, defaults to `-0.1`):
-            Lower bound of the coefficient (an entropy penalty); <= 0. Smaller than `entropy_bonus_max` on purpose:
-            entropy is lowered mostly by releasing the bonus, since a penalty sharpens the policy blind to the
-            reward.
+        entropy_bonus_min (`float`, *optional*, defaults to `-0.5`):
+            Lower bound of the coefficient (an entropy penalty); <= 0. As large as `entropy_bonus_max`, so that a
+            task that drives the entropy up is held too; no penalty acts while the measured entropy is below the
+            target.
         entropy_bonus_max (`float`, *optional*, defaults to `0.5`):
             Upper bound of the coefficient; >= 0.
         entropy_bonus_bound_limit (`float`, *optional*, defaults to `1.0`):
             The most either bound may grow to: when the coefficient has sat at a bound with the error pushing further
             for `entropy_bonus_bound_patience` steps, that bound grows by 1.5x (the knob's scale, learned online).
             Set it to the bounds' size to keep them fixed.
-        entropy_bonus_bound_patience (`int`, *optional*, defaults to `10`):
+        entropy_bonus_bound_patience (`int`, *optional*, defaults to `2`):
             Steps at a bound, pushed further, before it grows; >= 1.
         entropy_bonus_horizon (`float`, *optional*, defaults to `6.0`):
             Optimizer steps ahead at which the filtered entropy is predicted from its trend; >= 0 (0: the filtered
@@ -59,8 +59,12 @@ class EntropyBonusSettings:
             measured entropy and the coefficients applied through the optimizer's momentum), held within 5x of the
             reference. The best gains are inversely proportional to `g`, which differs between models, tasks and
             learning rates. The gains rise above the reference only as far as the measurement is cleaner than the
-            reference noise (0.25 relative per step): `scale <= max(1, 0.25 / noise)`. Logged as
-            `entropy_control/bonus_authority`, `entropy_control/bonus_gain_scale` and `entropy_control/bonus_noise`.
+            reference noise (0.25 relative per step): `scale <= max(1, 0.25 / noise)`. The scale is then multiplied by a
+            factor calibrated by the error's persistence (x1.15 a step while an error larger than the filtered
+            level's noise keeps its sign and the prediction does not close it, x0.5 when it changes sign, within
+            [0.25, 8]), so that the gains fit the loop's own speed and delay. Logged as
+            `entropy_control/bonus_authority`, `entropy_control/bonus_gain_scale` (the product) and
+            `entropy_control/bonus_noise`.
         entropy_bonus_authority (`float`, *optional*, defaults to `1.0`):
             Reference authority `g` at which the gains are given, and the estimate's starting value; > 0.
         entropy_bonus_momentum_compensation (`float`, *optional*, defaults to `0.5`):
@@ -102,7 +106,7 @@ class EntropyBonusSettings:
     entropy_bonus_min: float = field(
         default=-0.5,
         metadata={"help": "Entropy bonus: lower bound of the coefficient (negative: an entropy penalty); <= 0, default "
-                  "-0.1. Small on purpose: a penalty sharpens the policy blind to the reward."},
+                  "-0.5; no penalty acts while the entropy is below its target."},
     )
     entropy_bonus_max: float = field(
         default=0.5,
@@ -116,7 +120,7 @@ class EntropyBonusSettings:
     entropy_bonus_bound_patience: int = field(
         default=2,
         metadata={"help": "Entropy bonus: steps in a row the coefficient must sit at a bound, pushed further, before "
-                  "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1, default 10."},
+                  "that bound grows by 1.5x (up to entropy_bonus_bound_limit); >= 1, default 2."},
     )
     entropy_bonus_horizon: float = field(
         default=6.0,

@@ -135,10 +135,13 @@ class EntropyBonusController:
        relative target change per step), held within the bounds: an anneal is followed without waiting for the
        error to build up.
     4. **Law output** ``law = clip(I + s*kp*e + s*ff, c_min, c_max)``, with ``s`` the :attr:`gain_scale` (the
-       knob's authority estimated online by :class:`AuthorityEstimator`, with ``adapt_gain``; it rises above 1 only
-       as far as the measurement's noise is below ``noise_reference``: :attr:`noise_cap`). The bounds are
-       asymmetric (a bonus up to 0.5, a penalty to -0.1): a penalty's gradient sharpens whatever the policy samples,
-       blind to the reward, so entropy is lowered mostly by releasing the bonus. A bound the error has pushed past
+       knob's authority estimated online by :class:`AuthorityEstimator`, with ``adapt_gain``, raised above 1 only
+       as far as the measurement's noise is below ``noise_reference``: :attr:`noise_cap`; times :attr:`boost`, the
+       loop's calibration by the persistence of its error, which grows only on errors larger than the filtered
+       level's own noise: :meth:`_adapt_boost`). The bounds start at +-0.5, a penalty as large as a bonus, so that a
+       task that drives the entropy up is held as well as one that drives it down; but no penalty acts while the
+       latest reading is below the target (a collapsed policy has no entropy gradient left to recover with, so the
+       penalty side must never push through the target). A bound the error has pushed past
        for ``bound_patience`` updates in a row grows by ``BOUND_GROWTH``, up to ``bound_limit``: the knob's scale is
        learned online.
     5. **Integral with conditional anti-windup**: ``I <- clip(I + s*ki*e_I, c_min, c_max)``, where ``e_I`` is the
@@ -302,7 +305,7 @@ class EntropyBonusController:
             self.integral = max(low, self.integral)
         self._grow_bounds(pushing_past)
         self.value = self._compensate(self.law, low)
-        if measured < target:  # no penalty while the latest reading is below the target (see _floor)
+        if measured < target:  # no penalty while the latest reading is below the target (step 4)
             self.law, self.value = max(self.law, 0.0), max(self.value, 0.0)
         self._applied(self.value)
         return self.value
@@ -317,10 +320,10 @@ class EntropyBonusController:
         ``BOOST_RANGE``; scale-free, so it fits a knob of any authority, model, task or learning rate."""
         a = self.level_smoothing
         level_noise = self.noise * math.sqrt(a / (2.0 - a))  # sd of an exponential average of the noise
-        if abs(level_error) <= 2.0 * level_noise:
+        if abs(level_error) <= level_noise:
             return
         sign = 1 if level_error > 0 else -1
-        if sign == self.error_sign and self.error * sign > 0:
+        if sign == self.error_sign and self.error * sign > 0 and abs(level_error) > 2.0 * level_noise:
             self.boost = min(self.BOOST_RANGE[1], self.boost * self.BOOST_UP)
         elif self.error_sign and sign != self.error_sign:
             self.boost = max(self.BOOST_RANGE[0], self.boost * self.BOOST_DOWN)
