@@ -266,22 +266,29 @@ def test_the_prior_keeps_the_first_regressions_from_swinging_the_gains():
     assert abs(math.log(first_used_estimate(1.0))) < 0.5 * abs(math.log(first_used_estimate(10.0)))
 
 
-def test_adaptive_gain_lowers_the_gains_on_a_strong_knob_and_raises_them_on_a_weak_one():
-    strong, weak = EntropyBonusController(), EntropyBonusController()
-    multiplicative_plant(strong.update, 2.5)
-    multiplicative_plant(weak.update, 0.4)
-    # the authority's part of the gain scale (the persistence boost multiplies it: its own tests below)
-    assert strong.authority.gain_scale < 0.75 and weak.authority.gain_scale > 1.2  # closed loop: lean to the prior
-    for c in (strong, weak):
-        assert c.gain_scale == pytest.approx(min(c.authority.gain_scale, c.noise_cap) * c.boost)
-    fixed = EntropyBonusController(adapt_gain=False)
-    multiplicative_plant(fixed.update, 2.5)
-    assert fixed.gain_scale == 1.0 and fixed.authority.estimate != 1.0  # estimated, not used
-
-
 class WithoutBoost(EntropyBonusController):
     """The law with the persistence boost held at 1: the authority estimate's part of ``adapt_gain`` alone."""
     BOOST_UP = BOOST_DOWN = 1.0
+
+
+def test_adaptive_gain_lowers_the_gains_on_a_strong_knob_and_raises_them_on_a_weak_one():
+    """The authority estimate, with the boost held at 1 (``WithoutBoost``): the boost's own tests are below. With
+    the boost, the closed loop's gains end lower on both knobs (the boost sinks to its floor of 0.25 by noise-driven
+    sign flips above 1 sigma), the coefficient moves less, the regression sees less excitation and leans further to
+    its prior: on seed 0 the strong knob's authority scale is 0.76 with the boost and 0.66 without."""
+    strong, weak = WithoutBoost(), WithoutBoost()
+    multiplicative_plant(strong.update, 2.5)
+    multiplicative_plant(weak.update, 0.4)
+    assert strong.authority.gain_scale < 0.75 and weak.authority.gain_scale > 1.2  # closed loop: lean to the prior
+    for c in (strong, weak):
+        assert c.boost == 1.0 and c.gain_scale == pytest.approx(min(c.authority.gain_scale, c.noise_cap))
+    boosted = EntropyBonusController()  # with the boost the estimate still lowers the gains, less far
+    multiplicative_plant(boosted.update, 2.5)
+    assert boosted.authority.gain_scale < 0.9
+    assert boosted.gain_scale == pytest.approx(min(boosted.authority.gain_scale, boosted.noise_cap) * boosted.boost)
+    fixed = EntropyBonusController(adapt_gain=False)
+    multiplicative_plant(fixed.update, 2.5)
+    assert fixed.gain_scale == 1.0 and fixed.authority.estimate != 1.0  # estimated, not used
 
 
 def test_adaptive_gain_tracks_better_than_fixed_gains_across_a_range_of_authorities():
@@ -388,10 +395,11 @@ def test_full_compensation_makes_adams_average_follow_the_law_at_once():
     c.update = lambda m, t: applied.append(update(m, t)) or applied[-1]
     pairs = _adam_first_moments(c, readings)
     # a step held at twice the bounds, or raised to 0 by the no-penalty floor (a reading below the target), breaks
-    # the identity; the next free step restores it
+    # the identity; the next free step restores it. These readings do not answer the coefficient, so the error
+    # persists, the boost grows and about a third of the steps are held at twice the bounds: 28 of 60 are free
     floored = [r < 1.0 and (law == 0.0 or v == 0.0) for r, (law, _), v in zip(readings, pairs, applied)]
     free = [pair for pair, v, f in zip(pairs, applied, floored) if abs(v) < 2.0 and not f]
-    assert any(floored) and len(free) > 30
+    assert any(floored) and len(free) > 20
     assert max(abs(law - avg) for law, avg in free) < 1e-5
     assert c.averaged == pytest.approx(pairs[-1][1], abs=1e-5)
     # without compensation Adam's average lags the law by several steps
@@ -692,11 +700,13 @@ def test_the_boost_grows_while_a_significant_error_persists_and_halves_when_it_f
     assert boosts == pytest.approx([1.15**k for k in range(6)])
     assert c.error_sign == 1 and c.authority.gain_scale == 1.0
     assert c.gain_scale == pytest.approx(c.boost)  # the gains carry it (authority and noise cap at 1 so far)
-    for _ in range(4):  # far above: the level's error crosses 0 (steps 1-2 within the noise: held), then flips
+    for _ in range(4):  # far above: the level's error crosses 0 (step 1 within the noise: held), then flips
         c.update(2.0, 1.0)
         boosts.append(c.boost)
     b = 1.15**5
-    assert boosts[6:] == pytest.approx([b, b, b * 0.5, b * 0.5 * 1.15]) and c.error_sign == -1
+    # step 2's error is -1.7 sigma: above the noise, of the other sign, so it halves the boost (a flip within 2
+    # sigma held it before a183290); steps 3-4 are beyond 2 sigma with the sign kept: they grow it
+    assert boosts[6:] == pytest.approx([b, b * 0.5, b * 0.5 * 1.15, b * 0.5 * 1.15**2]) and c.error_sign == -1
     for _ in range(30):  # a persistent error: the boost stops at the top of its range
         c.update(2.0, 1.0)
     assert c.boost == 8.0
@@ -706,13 +716,44 @@ def test_the_boost_grows_while_a_significant_error_persists_and_halves_when_it_f
         if c.error_sign == 1:
             break
     assert c.error_sign == 1 and c.boost == 0.25
+    # one step of the rule at a known noise, the level's error in units of the level's noise: any flip above 1
+    # sigma halves the boost, growth needs more than 2 sigma with the sign kept
+    assert _boost_step(1.05, sign_before=-1) == (1.0, 1)
+    assert _boost_step(-1.95, sign_before=1) == (1.0, -1)
+    assert _boost_step(2.05, sign_before=1) == (pytest.approx(2.3), 1)
+    assert _boost_step(-5.0, sign_before=-1) == (pytest.approx(2.3), -1)
+
+
+def _boost_step(sigmas, sign_before, prediction=None, boost=2.0):
+    """(boost, error_sign) after one step of the boost's rule from ``boost`` and ``sign_before``, with a level's
+    error of ``sigmas`` times the level's noise (the measurement's noise fixed at 0.2) and the prediction's error of
+    sign ``prediction`` (by default that of the level's error)."""
+    c = make()
+    c.noise_var = 0.2**2
+    level_noise = 0.2 * math.sqrt(0.3 / (2.0 - 0.3))  # an exponential average (weight 0.3) of that noise
+    c.boost, c.error_sign = boost, sign_before
+    c.error = 0.5 * (prediction if prediction is not None else math.copysign(1.0, sigmas))
+    c._adapt_boost(sigmas * level_noise)
+    return c.boost, c.error_sign
 
 
 def test_the_boost_holds_within_the_noise_or_while_the_prediction_closes_the_error():
     small = make()
-    for _ in range(10):  # an error of 0.1: within twice the level's noise (0.21 at first, shrinking)
-        small.update(0.9, 1.0)
+    small.update(0.9, 1.0)  # an error of 0.1: within the level's noise (0.105) on the first step
     assert (small.boost, small.error_sign) == (1.0, 0)
+    for _ in range(9):  # above it from the next step on (the noise estimate shrinks), but never twice it
+        small.update(0.9, 1.0)
+    assert (small.boost, small.error_sign) == (1.0, 1)  # the sign noted, the boost held
+    # at a known noise: within 1 sigma nothing changes, the sign included; between 1 and 2 sigma with the sign
+    # kept the sign is noted and the boost held
+    for sign_before in (-1, 0, 1):
+        for sigmas in (0.95, -0.95, 0.0):
+            assert _boost_step(sigmas, sign_before) == (2.0, sign_before)
+    assert _boost_step(1.95, sign_before=1) == (2.0, 1)
+    assert _boost_step(-1.5, sign_before=-1) == (2.0, -1)
+    assert _boost_step(1.5, sign_before=0) == (2.0, 1)  # the first significant error notes its sign only
+    assert _boost_step(5.0, sign_before=0) == (2.0, 1)
+    assert _boost_step(5.0, sign_before=1, prediction=-1) == (2.0, 1)  # the prediction closes it: held
     fast = make(horizon=10.0)
     for _ in range(4):
         fast.update(0.5, 1.0)
