@@ -167,3 +167,61 @@ def test_tracking_error_is_the_benchmarks_metric():
         measured = [t * (1 + 0.3 * rng.gauss(0, 1)) for t in target]
         measured[n // 2] = None  # a step without a reading
         assert tracking_error(measured, target) == tracking.smoothed_error(measured, target)
+
+
+def test_out_of_band_share_by_hand():
+    """Issue 61: the share of the steps after the first 20% whose MA5 entropy is beyond +-30% of the MA5 target."""
+    from trl_entropy.metrics import OUT_OF_BAND_DEFINITION, out_of_band_share
+
+    target = [1.0] * 10
+    measured = [1.0] * 5 + [2.0] * 5  # MA5: 1, 1, 1, 1, 1, 1.2, 1.4, 1.6, 1.8, 2.0; steps 0-1 skipped
+    assert out_of_band_share(measured, target) == 4 / 8  # 1.4, 1.6, 1.8 and 2.0 are beyond 1.3
+    assert out_of_band_share(measured, target, band=0.5) == 3 / 8
+    assert out_of_band_share(measured, target, skip_fraction=0.0) == 4 / 10
+    assert out_of_band_share(measured, target, window=1) == 5 / 8  # the raw readings
+    assert out_of_band_share([1.25] * 10, target, band=0.25) == 0.0  # on the edge is inside
+    assert out_of_band_share([2.0, 0.0] * 10, [1.0] * 20) == 0.0  # swings the average takes out
+    # steps without a reading or with a zero target are left out of the share
+    assert out_of_band_share([None] * 3 + [2.0] * 3 + [1.0] * 4, target, window=1) == 3 / 7  # step 2 has none
+    assert out_of_band_share([2.0] * 10, [0.0] * 6 + [1.0] * 4, window=1) == 1.0
+    assert math.isnan(out_of_band_share([], [])) and math.isnan(out_of_band_share([None] * 4, [1.0] * 4))
+    assert "first 20%" in OUT_OF_BAND_DEFINITION and "±30%" in OUT_OF_BAND_DEFINITION
+    assert "MA5" in OUT_OF_BAND_DEFINITION
+
+
+def test_out_of_band_share_is_the_tracking_suite_s_column():
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks import tracking_suite
+
+    from trl_entropy.metrics import out_of_band_share
+
+    rng = random.Random(0)
+    for n in (5, 37, 100):
+        target = [1.0 - 0.4 * s / n for s in range(n)]
+        measured = [t * (1 + 0.4 * rng.gauss(0, 1)) for t in target]
+        measured[n // 2] = None
+        assert out_of_band_share(measured, target) == tracking_suite.out_of_band(measured, target)
+
+
+def test_logged_tracking_reads_the_steps_that_followed_a_target():
+    """The card's and entropy_curves.png's figures from a log history: only rows where the control followed a target,
+    the moving averages in rows spanning about 10 and 5 steps when the log is every 2 steps."""
+    from trl_entropy.metrics import logged_tracking, out_of_band_share, tracking_error
+
+    measured = [1.0, 1.5, 0.6, 1.4, 1.1, 0.5, 1.6, 0.9, 1.2, 0.7]
+    rows = [{"step": 2 * i, "entropy_control/measured": m, "entropy_control/target": 1.0,
+             "entropy_control/relative_tracking_error": abs(m - 1.0)} for i, m in enumerate(measured)]
+    history = [{"step": 0, "entropy_control/measured": 9.0}] + rows + [{"step": 20, "reward": 0.5}]
+    err, out, gap = logged_tracking(history)
+    assert gap == 2
+    assert err == tracking_error(measured, [1.0] * 10, window=5)
+    assert out == out_of_band_share(measured, [1.0] * 10, window=2)  # round(5 / 2) = 2 rows
+    every_step = [dict(r, step=i) for i, r in enumerate(rows)]
+    target = [1.0] * 10
+    assert logged_tracking(every_step) == (tracking_error(measured, target), out_of_band_share(measured, target), 1)
+    assert all(math.isnan(x) for x in logged_tracking([{"step": 1, "entropy_control/measured": 1.0}]))

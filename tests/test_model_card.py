@@ -298,6 +298,33 @@ def test_the_card_s_tracking_error_is_the_benchmarks_metric_and_says_so(tmp_path
     err = tracking_error([h["entropy_control/measured"] for h in rows], [h["entropy_control/target"] for h in rows])
     assert f"Tracking error: **{100 * err:.1f}%** ({TRACKING_ERROR_DEFINITION})." in card
     assert "after the first 10% of steps" not in card
+    # and the share of steps beyond +-30% of the target (issue 61), in the card and in entropy_curves.png's title
+    from trl_entropy.evaluation import training_figures
+    from trl_entropy.metrics import OUT_OF_BAND_DEFINITION, out_of_band_share
+
+    out = out_of_band_share([h["entropy_control/measured"] for h in rows], [h["entropy_control/target"] for h in rows])
+    assert f"Steps beyond ±30% of the target: **{100 * out:.0f}%** ({OUT_OF_BAND_DEFINITION})." in card
+    title = training_figures(trainer.state.log_history)["entropy_curves.png"].axes[0].get_title()
+    assert title == f"Policy entropy vs target\ntracking error {100 * err:.1f}%, {100 * out:.0f}% of steps beyond ±30%"
+
+
+def test_the_card_gives_the_initial_entropy_s_error_and_no_tracking_figures_without_a_target(tmp_path):
+    """Issue 61: the initial entropy a relative target rests on, with its standard error; a run that followed no target
+    states no tracking error and no share of steps beyond the band, on the card or in its picture."""
+    from trl_entropy.evaluation import training_figures
+
+    trainer = make(tiny_args(tmp_path / "wsd", max_steps=3, **BONUS_WSD))
+    trainer.train()
+    card = render_model_card(trainer)
+    assert trainer.initial_entropy is not None and trainer.initial_entropy_se is not None
+    assert f"**{trainer.initial_entropy:.4f} ± {trainer.initial_entropy_se:.4f}** nats (± its standard error" in card
+    assert "Tracking error: **" in card and "Steps beyond ±30% of the target: **" in card
+    plain = make(tiny_args(tmp_path / "none", max_steps=2))
+    plain.train()
+    card = render_model_card(plain)
+    assert "Tracking error" not in card and "±30%" not in card and " ± " not in card
+    assert training_figures(plain.state.log_history)["entropy_curves.png"].axes[0].get_title() == (
+        "Policy entropy vs target")
 
 
 def test_the_card_shows_every_picture_it_writes_and_the_demo_s_final_reward(tmp_path):

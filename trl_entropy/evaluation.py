@@ -22,7 +22,7 @@ import torch
 from transformers import TrainerCallback
 
 from .losses.covariance import wide_float_dtype
-from .metrics import fit_entropy_performance, pass_at_k
+from .metrics import fit_entropy_performance, logged_tracking, pass_at_k
 
 __all__ = [
     "PassAtKCallback",
@@ -276,7 +276,9 @@ def training_figures(log_history: list[dict]) -> dict:
     """The training pictures of ``log_history`` as ``{file name: matplotlib Figure}``, without writing anything.
 
     ``entropy_curves.png`` (the entropy the control acts on, ``entropy_control/measured``, else TRL's ``entropy``,
-    against the target; below it, where logged, the distinct answers per group on solved and unsolved groups), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png``, ``pass_at_k.png``
+    against the target, titled with the run's tracking error and share of steps beyond ±30% where the control followed
+    it, :func:`trl_entropy.metrics.logged_tracking`; below it, where logged, the distinct answers per group on solved
+    and unsolved groups), ``entropy_knob.png`` (the knob(s) a control moved), ``reward.png``, ``pass_at_k.png``
     (the last few pass@k evaluations, and the starting model's where it was evaluated at step 0) and
     ``heldout_curves.png`` (held-out pass@k against the step, from two evaluations on); each only when the history
     holds its series. Short series are drawn with
@@ -300,7 +302,11 @@ def training_figures(log_history: list[dict]) -> dict:
             ax.plot(t_steps, target, "--", color="k", label="target", lw=1.2, **line_style(len(t_steps)))
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("entropy (nats / token)")
-        ax.set_title("Policy entropy vs target")
+        err, out, _ = logged_tracking(log_history)  # the card's figures, where the control followed a target
+        title = "Policy entropy vs target"
+        if math.isfinite(err) and math.isfinite(out):
+            title += f"\ntracking error {100 * err:.1f}%, {100 * out:.0f}% of steps beyond ±30%"
+        ax.set_title(title)
         integer_step_axis(ax)
         ax.legend()
         if answers:  # the answers' diversity (issue 64): is the entropy exploration, and where does it sit?

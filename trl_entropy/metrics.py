@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import math
 import operator
+import statistics
 from dataclasses import dataclass
 
 __all__ = ["pass_at_k", "fit_entropy_performance", "EntropyPerformanceFit", "moving_average", "tracking_error",
-           "TRACKING_ERROR_DEFINITION", "final_reward", "FINAL_REWARD_DEFINITION"]
+           "TRACKING_ERROR_DEFINITION", "out_of_band_share", "OUT_OF_BAND_DEFINITION", "logged_tracking",
+           "final_reward", "FINAL_REWARD_DEFINITION"]
 
 # How :func:`tracking_error` is defined, in the words printed under every table that shows it.
 TRACKING_ERROR_DEFINITION = ("mean over the steps after the first 20% of |MA10(H) - MA10(target)| / MA10(target), "
                              "MA10 the trailing 10-step moving average")
+
+# How :func:`out_of_band_share` is defined (at its defaults), in the words printed beside the tracking error.
+OUT_OF_BAND_DEFINITION = ("the share of the steps after the first 20% whose MA5(H) lies beyond ±30% of MA5(target), "
+                          "MA5 the trailing 5-step moving average")
 
 # How :func:`final_reward` is defined, in the words printed under the demo's table and on the model card.
 FINAL_REWARD_DEFINITION = "the mean training reward of the last 10% of the logged steps (at least one)"
@@ -181,6 +187,44 @@ def tracking_error(measured, target, window: int = 10, skip_fraction: float = 0.
     errors = [abs(a - b) / b for a, b in zip(m, t) if a is not None and b is not None and b > 0]
     tail = errors[int(len(errors) * skip_fraction):]
     return sum(tail) / len(tail) if tail else float("nan")
+
+
+def out_of_band_share(measured, target, band: float = 0.3, window: int = 5, skip_fraction: float = 0.2) -> float:
+    """How often the measured entropy left a band around its target: the share of the steps after the first
+    ``skip_fraction`` with ``|MA(measured) - MA(target)| > band * MA(target)``, ``MA`` the trailing ``window``-step
+    :func:`moving_average` (:data:`OUT_OF_BAND_DEFINITION` at the defaults).
+
+    The tracking suite's "beyond ±30%" column (issue 61), shown beside :func:`tracking_error` on the model card and in
+    ``entropy_curves.png``: the mean error can be small while the entropy swings out of the band on some steps.
+    ``measured`` and ``target`` are per-step series of the same steps; the first ``int(len * skip_fraction)`` steps
+    are skipped, then a step counts where its averaged reading is not ``None`` and its averaged target is nonzero.
+    Returns NaN when no step counts.
+    """
+    m, t = moving_average(measured, window), moving_average(target, window)
+    start = int(len(m) * skip_fraction)
+    pairs = [(a, b) for a, b in zip(m[start:], t[start:]) if a is not None and b]
+    return sum(abs(a - b) > band * b for a, b in pairs) / len(pairs) if pairs else float("nan")
+
+
+def logged_tracking(log_history) -> tuple[float, float, float]:
+    """``(tracking error, share of steps beyond ±30%, steps between logs)`` of a trainer's ``log_history``, as the
+    model card and ``entropy_curves.png`` state them: :func:`tracking_error` and :func:`out_of_band_share` on the rows
+    where the control followed its target (``entropy_control/relative_tracking_error`` logged, finite
+    ``entropy_control/measured`` and ``entropy_control/target``). NaNs where no such row.
+
+    With ``logging_steps > 1`` each row is the mean over the steps since the previous one: the moving averages then
+    span ``round(10 / gap)`` and ``round(5 / gap)`` rows (at least one), ``gap`` the median number of steps between
+    rows, so the figures are the same metrics as far as the logged means allow."""
+    keys = ("entropy_control/measured", "entropy_control/target")
+    rows = [h for h in log_history if "entropy_control/relative_tracking_error" in h and "step" in h
+            and all(isinstance(h.get(k), (int, float)) and math.isfinite(h[k]) for k in keys)]
+    if not rows:
+        return float("nan"), float("nan"), float("nan")
+    gaps = [b["step"] - a["step"] for a, b in zip(rows, rows[1:]) if b["step"] > a["step"]]
+    gap = statistics.median(gaps) if gaps else 1
+    measured, target = [h[keys[0]] for h in rows], [h[keys[1]] for h in rows]
+    return (tracking_error(measured, target, window=max(1, round(10 / gap))),
+            out_of_band_share(measured, target, window=max(1, round(5 / gap))), gap)
 
 
 def final_reward(rewards) -> float:

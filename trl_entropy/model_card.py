@@ -10,13 +10,13 @@ import dataclasses
 import math
 import os
 import re
-import statistics
 from importlib import resources
 
 from ._paths import is_hub_model_id
 from ._trl_private import model_name_or_path
 from .citations import BIBTEX
-from .metrics import FINAL_REWARD_DEFINITION, TRACKING_ERROR_DEFINITION, final_reward, tracking_error
+from .metrics import (FINAL_REWARD_DEFINITION, OUT_OF_BAND_DEFINITION, TRACKING_ERROR_DEFINITION, final_reward,
+                      logged_tracking)
 
 __all__ = ["render_model_card", "write_model_card", "resolve_base_model", "is_hub_model_id", "method_info",
            "METHOD_INFO", "BIBTEX"]
@@ -146,29 +146,24 @@ def _settings_text(args, params, method: str, package_version: str, trl_version:
 
 
 def _tracking_error_text(history) -> str:
-    """The run's tracking error (:func:`trl_entropy.metrics.tracking_error`, the benchmarks' metric) on the steps
-    where the control followed its target (``entropy_control/relative_tracking_error`` logged), with its definition.
-
-    The history holds one row per log: every step with ``logging_steps=1``, else each row the mean over the steps since
-    the previous one. The moving average then spans about 10 steps (``round(10 / steps between logs)`` rows, at least
-    one), so the figure is the same metric as far as the logged means allow."""
-    rows = [h for h in history if "entropy_control/relative_tracking_error" in h and "step" in h
-            and all(isinstance(h.get(k), (int, float)) and math.isfinite(h[k])
-                    for k in ("entropy_control/measured", "entropy_control/target"))]
-    if not rows:
-        return ""
-    gaps = [b["step"] - a["step"] for a, b in zip(rows, rows[1:]) if b["step"] > a["step"]]
-    gap = statistics.median(gaps) if gaps else 1
-    window = max(1, round(10 / gap))
-    err = tracking_error([h["entropy_control/measured"] for h in rows], [h["entropy_control/target"] for h in rows],
-                         window=window)
+    """The run's tracking error (:func:`trl_entropy.metrics.tracking_error`, the benchmarks' metric) and the share of
+    its steps beyond ±30% of the target (:func:`trl_entropy.metrics.out_of_band_share`, the tracking suite's), on the
+    steps where the control followed its target (:func:`trl_entropy.metrics.logged_tracking`), with their
+    definitions; empty where no step was scored."""
+    err, out, gap = logged_tracking(history)
     if not math.isfinite(err):
         return ""
     how = "" if gap <= 1 else f"; here from the logged means, one every {gap:g} steps"
-    return f" Tracking error: **{100 * err:.1f}%** ({TRACKING_ERROR_DEFINITION}{how})."
+    text = f" Tracking error: **{100 * err:.1f}%** ({TRACKING_ERROR_DEFINITION}{how})."
+    if math.isfinite(out):
+        text += f" Steps beyond ±30% of the target: **{100 * out:.0f}%** ({OUT_OF_BAND_DEFINITION}{how})."
+    return text
 
 
-def _schedule_text(args, initial_entropy: float | None = None) -> str:
+def _schedule_text(args, initial: tuple = (None, None, 0)) -> str:
+    """The target schedule's paragraph; ``initial``: the starting entropy, its standard error and the generation
+    rounds aside that measured it (:func:`_initial_measurement`)."""
+    initial_entropy, initial_entropy_se, initial_rounds = initial
     name = args.entropy_schedule
     if name is None:
         return "No target: this control does not follow an entropy schedule."
@@ -178,13 +173,30 @@ def _schedule_text(args, initial_entropy: float | None = None) -> str:
     end = _resolved(args.entropy_schedule_end, initial_entropy) if args.entropy_schedule_end is not None else start
     relative = [v for v in (args.entropy_schedule_start, args.entropy_schedule_end) if isinstance(v, str)]
     if relative:
-        measured = (f"the starting model's entropy, measured on the first generation batch: **{initial_entropy:.4f}** "
-                    "nats" if initial_entropy is not None else "the starting model's entropy (not measured: no "
-                    "training step ran)")
-        prefix = f"Targets given relative to {measured} ({', '.join(f'`{v}`' for v in relative)}). "
+        prefix = f"Targets given relative to the starting model's entropy ({', '.join(f'`{v}`' for v in relative)})"
+        if initial_entropy is None:
+            prefix += ", not measured: no training step ran. "
+        else:
+            where = "the first generation batch" + (f" and {initial_rounds} more generation round(s) on its prompts"
+                                                    if initial_rounds else "")
+            prefix += f", measured on {where}: **{initial_entropy:.4f}"
+            prefix += (f" ± {initial_entropy_se:.4f}** nats (± its standard error, from the spread of the "
+                       "completions). " if initial_entropy_se is not None else "** nats. ")
     else:
         prefix = ""
     return prefix + _schedule_formula_text(args, name, start, end)
+
+
+def _initial_measurement(trainer, history) -> tuple[float | None, float | None, int]:
+    """``(initial entropy, its standard error, generation rounds aside)``: the trainer's ``initial_entropy`` and
+    ``initial_entropy_se``, else the logged ``entropy_control/initial_entropy_se`` (a run resumed from a checkpoint
+    keeps its log history; None where never logged), and the logged ``entropy_control/initial_entropy_rounds`` (0
+    where not logged)."""
+    se = getattr(trainer, "initial_entropy_se", None)
+    if not (isinstance(se, (int, float)) and math.isfinite(se)):
+        se = (_history_values(history, "entropy_control/initial_entropy_se") or [None])[0]
+    rounds = (_history_values(history, "entropy_control/initial_entropy_rounds") or [0])[0]
+    return getattr(trainer, "initial_entropy", None), se, int(rounds)
 
 
 def _resolved(value, initial_entropy):
@@ -540,7 +552,7 @@ def render_model_card(trainer, model_name: str | None = None, base_model: str | 
         parameter_table=parameter_table,
         parameter_details=parameter_details,
         knob_description=knob_description,
-        schedule_description=(_schedule_text(args, getattr(trainer, "initial_entropy", None))
+        schedule_description=(_schedule_text(args, _initial_measurement(trainer, history))
                               if hasattr(args, "entropy_schedule")
                               else _plain_trl_schedule_text(targets)),
         result_description=result,
