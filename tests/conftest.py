@@ -139,6 +139,7 @@ def tokenizer():
 #    (pytest --durations=0). tests/test_tiers.py checks that each name still exists. A DeepSpeed test
 #    (`deepspeed`) launches 2 processes, so it is `multiprocess` too.
 SLOW_TESTS = {
+    "test_initial_precision.py": {"test_a_small_first_batch_is_pooled_with_rounds_aside_to_the_stated_precision"},
     "test_saturation_bonus.py": {"test_an_unreachable_target_saturates_the_bonus_within_a_25_step_run"},
     "test_bad_inputs.py": {"test_a_lambda_schedule_survives_checkpoints_resume_and_save_model",
         "test_fault_counters_survive_a_resume_and_each_checkpoint_writes_its_card_once",

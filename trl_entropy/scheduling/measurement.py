@@ -20,8 +20,9 @@ import math
 
 import torch
 
-__all__ = ["entropy_sums", "global_mean_and_error", "measurement_standard_error", "sequence_spread_sums", "generation_batch_entropy",
-           "global_token_mean", "pull_coefficient", "signal_token_count"]
+__all__ = ["entropy_sums", "generation_batch_entropy", "global_mean_and_error", "global_token_mean",
+           "measurement_standard_error", "pool_estimates", "pull_coefficient", "sequence_spread_sums",
+           "signal_token_count"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -63,17 +64,29 @@ def measurement_standard_error(mean: float, count: float, spread) -> float | Non
     return value if math.isfinite(value) else None
 
 
-def global_mean_and_error(entropies: torch.Tensor, mask: torch.Tensor, reduce) -> tuple[float | None, float | None]:
-    """The token mean of ``entropies`` over ``mask`` and its standard error (:func:`measurement_standard_error`),
-    summed over processes in one ``reduce(tensor, "sum")``; ``(None, None)`` without a token."""
+def global_mean_and_error(entropies: torch.Tensor, mask: torch.Tensor, reduce
+                          ) -> tuple[float | None, float | None, float]:
+    """The token mean of ``entropies`` over ``mask``, its standard error (:func:`measurement_standard_error`) and the
+    token count, summed over processes in one ``reduce(tensor, "sum")``; ``(None, None, 0)`` without a token."""
     m = mask.to(entropies.dtype)
     sums = torch.cat([torch.stack([(entropies * m).sum(), m.sum()]).float(), sequence_spread_sums(entropies, m)])
     totals = reduce(sums, "sum")
     count = float(totals[1])
     if count <= 0:
-        return None, None
+        return None, None, 0.0
     mean = float(totals[0]) / count
-    return mean, measurement_standard_error(mean, count, totals[2:6])
+    return mean, measurement_standard_error(mean, count, totals[2:6]), count
+
+
+def pool_estimates(estimates) -> tuple[float, float]:
+    """Token-weighted pool of independent ``(mean, standard error, tokens)`` estimates of one token-mean entropy (the
+    same policy measured on separate batches): ``(sum_r N_r m_r / N, sqrt(sum_r (N_r / N)^2 se_r^2))``."""
+    estimates = [(float(m), float(s), float(n)) for m, s, n in estimates if n > 0]
+    if not estimates:
+        raise ValueError("pool_estimates needs at least one estimate with tokens.")
+    total = sum(n for _, _, n in estimates)
+    mean = sum(n * m for m, _, n in estimates) / total
+    return mean, math.sqrt(sum((n / total) ** 2 * s * s for _, s, n in estimates))
 
 
 def global_token_mean(entropies: torch.Tensor | None, mask: torch.Tensor, reduce) -> float | None:

@@ -97,17 +97,19 @@ def build_schedule(args, initial: float | None):
 INITIAL_PRECISION = 0.02  # the relative standard error a target written relative to "initial" is measured to
 
 
-def initial_entropy_metrics(entropy: float, standard_error: float | None) -> dict:
-    """The metrics of the initial entropy (``initial_entropy`` and its standard error ``initial_entropy_se``, from the
-    spread of the first generation batch's completions), with a warning when that error is above
-    ``INITIAL_PRECISION`` of the value: a target written relative to ``"initial"`` inherits it."""
-    out = {"initial_entropy": entropy}
+def initial_entropy_metrics(entropy: float, standard_error: float | None, rounds: int = 0) -> dict:
+    """The metrics of the initial entropy (``initial_entropy``, its standard error ``initial_entropy_se`` from the
+    spread of the completions, and ``initial_entropy_rounds``, the generation rounds aside that measured it beyond the
+    first batch), with a warning when that error is still above ``INITIAL_PRECISION`` of the value: a target written
+    relative to ``"initial"`` inherits it."""
+    out = {"initial_entropy": entropy, "initial_entropy_rounds": float(rounds)}
     if standard_error is None:
         return out
     out["initial_entropy_se"] = standard_error
     if entropy > 0 and standard_error > INITIAL_PRECISION * entropy:
+        where = "the first generation batch" + (f" and {rounds} more rounds aside" if rounds else "")
         warnings.warn(
-            f"The initial entropy, {entropy:.4f} nats, was measured on the first generation batch to a standard error "
+            f"The initial entropy, {entropy:.4f} nats, was measured on {where} to a standard error "
             f"of {standard_error:.4f} ({100 * standard_error / entropy:.1f}%, above {100 * INITIAL_PRECISION:g}%): a "
             "target written relative to \"initial\" carries that error. For a steadier start, generate more "
             "completions per batch (per_device_train_batch_size x steps_per_generation), or write the target in nats "

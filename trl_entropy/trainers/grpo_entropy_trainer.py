@@ -59,6 +59,7 @@ from .faults import (  # noqa: F401  (check_reward_output, check_train_dataset: 
     check_train_dataset,
 )
 from .grpo_entropy_config import GRPOEntropyConfig
+from .initial_entropy import precise_initial_entropy
 from .passes import is_policy_forward, peft_active_adapter
 
 __all__ = ["GRPOEntropyTrainer", "CONTROL_STATE_FILE"]
@@ -168,7 +169,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         self.last_measured_entropy: float | None = None
         self.entropy_schedule = None
         self.initial_entropy: float | None = None  # measured on the first generation batch when the schedule needs it
-        self.initial_entropy_se = self._ec_rollout_se = None  # its standard error (the batch's spread)
+        self.initial_entropy_se, self._ec_rollout_se = None, (None, 0.0)  # its standard error
         self._ec_schedule_callback = None
         self.max_entropy = max_entropy(self.model)
         if self.entropy_control is not None and args.entropy_schedule is not None:
@@ -201,10 +202,11 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         if target is not None and getattr(self.args, "use_adaptive_entropy", False):
             self.args.entropy_target = float(target)
 
-    def _resolve_initial_entropy(self, output) -> None:
+    def _resolve_initial_entropy(self, output, inputs=None) -> None:
         """At the first training generation batch, when the schedule is relative to the starting entropy: measure
         the token-mean entropy of the whole batch under the current policy (one no-grad forward, summed over
-        processes, so every rank resolves the same value), build the schedule and set this step's target."""
+        processes, so every rank resolves the same value), to a stated precision (`precise_initial_entropy`: more
+        rounds aside on the batch's prompts while needed), build the schedule and set this step's target."""
         if not isinstance(self.entropy_schedule, InitialEntropySchedule) or self.entropy_schedule.resolved:
             return
         if not self.model.training:
@@ -216,16 +218,13 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         entropy = self._rollout_entropy(output, mask, "extra_pass" if captured is None else "scoring_pass")
         self._ec_scoring_entropies = captured
         if entropy is None:
-            warnings.warn(
-                f"Step {self.state.global_step}: the initial entropy could not be measured on this generation batch "
-                "(no completion tokens, or not finite); the schedule waits for the next one.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warnings.warn(f"Step {self.state.global_step}: the initial entropy could not be measured on this "
+                          "generation batch (no completion tokens, or not finite); the schedule waits for the next one.",
+                          RuntimeWarning, stacklevel=2)
             return
+        entropy, self.initial_entropy_se, rounds = precise_initial_entropy(self, inputs, entropy, *self._ec_rollout_se)
         self._set_initial_entropy(entropy)
-        self.initial_entropy_se = self._ec_rollout_se
-        for key, value in initial_entropy_metrics(entropy, self.initial_entropy_se).items():
+        for key, value in initial_entropy_metrics(entropy, self.initial_entropy_se, rounds).items():
             log_metric(self, METRIC_PREFIX + key, value)
 
     def _set_initial_entropy(self, entropy: float) -> None:
@@ -316,7 +315,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         rollouts = control is not None and control.uses_rollouts and self.model.training
         if not rollouts and not paired:
             output = self._check_finite_advantages(super()._generate_and_score_completions(inputs))
-            self._resolve_initial_entropy(output)
+            self._resolve_initial_entropy(output, inputs)
             return output
         source = self._rollout_entropy_source() if rollouts else None
         self._ec_scoring_entropies = None
@@ -332,7 +331,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         output = self._check_finite_advantages(output)
         if paired:
             self._attach_generation_entropies(output)
-        self._resolve_initial_entropy(output)
+        self._resolve_initial_entropy(output, inputs)
         if not rollouts:
             self._ec_scoring_entropies = None
             return output
@@ -374,7 +373,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
                     batch_size=self.args.per_device_train_batch_size,
                     compute_entropy=True,
                 )
-        entropy, self._ec_rollout_se = global_mean_and_error(entropies, loss_mask, self.accelerator.reduce)
+        entropy, *self._ec_rollout_se = global_mean_and_error(entropies, loss_mask, self.accelerator.reduce)
         if entropy is not None and not math.isfinite(entropy):
             warnings.warn(
                 f"Step {self.state.global_step}: the rollout entropy is not finite; the rollout control keeps every "
