@@ -167,8 +167,6 @@ SLOW_TESTS = {
         "test_assist_takes_over_when_the_paper_knob_saturates",
         "test_fixed_negative_coefficient_equals_trl_static_penalty", "test_penalty_and_bonus_move_entropy_apart",
         "test_trl_adaptive_equals_grpo_trainer_with_schedule_callback"},
-    "test_entropy_pull.py": {
-        "test_through_trl_no_pull_sums_are_taken_and_the_signal_fraction_still_reaches_the_controller"},
     "test_evaluation.py": {"test_evaluation_does_not_change_the_training_run",
         "test_fit_callback_logs_through_the_trainer", "test_pass_at_k_is_logged_during_training",
         "test_plots_are_written_at_each_save_and_at_the_end",

@@ -13,6 +13,7 @@ import torch
 from conftest import CONTROL_CONFIGS
 
 from trl_entropy.answer_diversity import answer_diversity, solved_groups
+from trl_entropy.scheduling import EntropyBonusController
 
 HERE = os.path.dirname(__file__)
 pytestmark = pytest.mark.multiprocess  # out of the fast tier: -m "not multiprocess"
@@ -107,12 +108,14 @@ def test_two_processes_agree_at_every_step(every_control_on_two_processes, contr
         assert row["measured"] == pytest.approx(float(total[0]) / float(total[1]), rel=1e-12)
     unequal = [(w0, w1) for w0, w1 in zip(r0["local_windows"], r1["local_windows"]) if w0[1] != w1[1]]
     assert unequal, "the ranks never held different token counts: the check above cannot tell sum/count from a mean"
-    if control == "entropy_bonus":  # the pull sums: both ranks' local sums added (the first step's are kept raw)
-        w0, w1 = r0["local_windows"][0], r1["local_windows"][0]
-        total = torch.tensor(w0, dtype=torch.float32) + torch.tensor(w1, dtype=torch.float32)
-        state = r0["rows"][0]["state"]
-        assert (state["pull_cov"], state["pull_var"]) == (float(total[4]), float(total[5]))
-        assert state["pull_count"] == float(total[1]) and float(total[5]) > 0
+    if control == "entropy_bonus":  # the signal fraction: both ranks' counts added (window entries 4, 5), each step
+        smoothed, w = None, EntropyBonusController.SIGNAL_SMOOTHING  # the first step's taken raw, then smoothed
+        for row, w0, w1 in zip(r0["rows"], r0["local_windows"], r1["local_windows"]):
+            total = torch.tensor(w0, dtype=torch.float32) + torch.tensor(w1, dtype=torch.float32)
+            assert float(total[5]) == float(total[1]) > 0  # every micro-batch counted: all the step's tokens
+            fraction = float(total[4]) / float(total[1])
+            smoothed = fraction if smoothed is None else (1.0 - w) * smoothed + w * fraction
+            assert row["state"]["signal"] == smoothed
     if control == "kl_cov":  # cov_scope="global": exactly the global quota over both processes' tokens each step
         steps = [m for m in r0["metrics"] if "entropy_control/selected_tokens" in m]
         assert len(steps) == 4

@@ -8,7 +8,7 @@ import torch
 from conftest import count_ones_reward, tiny_args, tiny_dataset, tiny_model, tiny_tokenizer
 
 from trl_entropy import GRPOEntropyTrainer
-from trl_entropy.scheduling import signal_token_count
+from trl_entropy.scheduling import EntropyBonusController, signal_token_count
 
 
 def test_signal_token_count_by_hand():
@@ -21,6 +21,25 @@ def test_signal_token_count_by_hand():
     weights = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [0.25, 0.25, 0.25]])  # a weighted mask
     assert float(signal_token_count(adv, weights)) == pytest.approx(1.0 + 0.75)
     assert float(signal_token_count(torch.zeros(3), mask)) == 0.0
+
+
+def test_the_signal_survives_a_state_round_trip_and_old_pull_keys_are_ignored():
+    """The smoothed signal is in the controller's state; a checkpoint from before the logged pull estimate was
+    removed (its ``pull_cov``, ``pull_var``, ``pull_count``) loads with those keys ignored and continues exactly."""
+    a = EntropyBonusController()
+    for fraction, h in ((0.4, 1.0), (0.6, 0.9)):
+        a.note_signal(fraction)
+        a.update(h, 1.0)
+    old = a.state_dict()
+    assert "pull_cov" not in old
+    old.update(pull_cov=0.1, pull_var=1.0, pull_count=10.0)
+    b = EntropyBonusController()
+    b.load_state_dict(old)
+    assert b.signal == a.signal == pytest.approx(0.9 * 0.4 + 0.1 * 0.6) and not hasattr(b, "pull_cov")
+    for fraction, h in ((0.2, 0.8), (0.5, 0.85)):
+        for c in (a, b):
+            c.note_signal(fraction)
+        assert a.update(h, 1.0) == b.update(h, 1.0) and a.signal == b.signal
 
 
 def steps_signal(trainer) -> list[float]:

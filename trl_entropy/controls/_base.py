@@ -57,9 +57,8 @@ class EntropyControl:
       coefficient: such a control gets no ``entropy_bonus_assist`` on top.
     * ``uses_rollouts``, ``uses_advantage_weights``, ``uses_token_hooks``, ``needs_step_plan``: which hooks the
       trainer calls (see the module docstring).
-    * ``uses_pull_sums``: the trainer counts each optimizer step's tokens with a non-zero advantage over its loss
-      forwards (no extra pass) and passes the global share to :meth:`note_signal`. (The name is from when it also
-      summed the policy gradient's pull on entropy for a logged estimate, a variant since removed.)
+    * ``uses_signal_fraction``: the trainer counts each optimizer step's tokens with a non-zero advantage over its
+      loss forwards (no extra pass) and passes the global share to :meth:`note_signal`.
     * ``additive_loss_term`` (with ``uses_token_hooks``): the control's :class:`TokenHooks` only ever set the
       additive adjustment (``adjust_mask``, ``adjust_alpha``), never a per-token change of the surrogate. The trainer
       then keeps TRL's own ``_compute_loss`` and adds the term, computed from the log-probs of TRL's loss forward
@@ -82,7 +81,7 @@ class EntropyControl:
     uses_rollouts: bool = False  # implements transform_rollouts
     uses_advantage_weights: bool = False  # implements advantage_weights
     uses_token_hooks: bool = False  # implements token_hooks (the trainer then computes the loss on our own path)
-    uses_pull_sums: bool = False  # implements note_signal (the step's share of tokens with a non-zero advantage)
+    uses_signal_fraction: bool = False  # implements note_signal (the step's share of tokens with a non-zero advantage)
     additive_loss_term: bool = False  # token_hooks only add a term (adjust_*): TRL's own loss plus that term
     needs_step_plan: bool = False  # implements plan_window (selection decided once per optimizer step, globally)
     uses_trl_adaptive_entropy: bool = False  # the control is TRL's use_adaptive_entropy (set by the config)
@@ -177,9 +176,10 @@ class EntropyControl:
         reading (``observe`` gets the generation-batch estimate). Default: ignored."""
 
     def note_signal(self, fraction: float) -> None:
-        """With ``uses_pull_sums``, called just before :meth:`observe` with the step's global signal fraction: the
-        share of its tokens with a non-zero advantage (:func:`~trl_entropy.scheduling.measurement.signal_token_count`;
-        NaN where it was not counted on every micro-batch). Default: ignored."""
+        """With ``uses_signal_fraction``, called just before :meth:`observe` with the step's global signal fraction:
+        the share of its tokens with a non-zero advantage
+        (:func:`~trl_entropy.scheduling.measurement.signal_token_count`; NaN where it was not counted on every
+        micro-batch). Default: ignored."""
 
     @property
     def knob(self) -> float | None:

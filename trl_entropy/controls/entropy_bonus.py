@@ -219,7 +219,7 @@ class EntropyBonusControl(ControllerControl):
 
     follows_target = True
     knob_name = "entropy_coef"
-    uses_pull_sums = True  # the pull's estimate and the signal fraction are logged
+    uses_signal_fraction = True  # the step's signal fraction is smoothed and logged
     card_text = ("feedback entropy bonus (trl-entropy): the loss is TRL's `L_policy − c·H` with a signed coefficient "
                  "`c` (a penalty when negative) moved each optimizer step by a filtered, predictive PI law with "
                  "feed-forward from the target's slope, bounded and with anti-windup, its gains scaled by the "
@@ -290,9 +290,6 @@ class EntropyBonusControl(ControllerControl):
     def note_step_reading(self, reading):
         self.controller.note_step_reading(reading)
 
-    def note_pull(self, cov, var, count=None):
-        self.controller.note_pull(cov, var, count)
-
     def note_signal(self, fraction):
         self.controller.note_signal(fraction)
 
@@ -307,21 +304,13 @@ class EntropyBonusControl(ControllerControl):
                "bonus_noise": c.noise, "bonus_averaged": c.averaged}
         if c.predicted is not None:
             out["bonus_predicted_entropy"] = c.predicted
-        out.update(_pull_metrics(c))
+        out.update(_signal_metrics(c))
         return out
 
 
-def _pull_metrics(c: EntropyBonusController) -> dict[str, float]:
-    """``bonus_pull``: the coefficient that balances the policy gradient's pull on entropy (once measured);
-    ``bonus_varentropy``: the token mean of ``(log p + H)^2``; ``bonus_signal_fraction``: the smoothed share of
-    tokens with a non-zero advantage."""
-    pull = c.pull_coefficient
-    out = {} if pull is None else {"bonus_pull": pull}
-    if c.varentropy is not None:
-        out["bonus_varentropy"] = c.varentropy
-    if c.signal is not None:
-        out["bonus_signal_fraction"] = c.signal
-    return out
+def _signal_metrics(c: EntropyBonusController) -> dict[str, float]:
+    """``bonus_signal_fraction``: the smoothed share of tokens with a non-zero advantage (once measured)."""
+    return {} if c.signal is None else {"bonus_signal_fraction": c.signal}
 
 
 
@@ -379,15 +368,11 @@ class AssistedControl:
         self.inner.apply(trainer)
         _set_coefficient(trainer, self.bonus.value)
 
-    uses_pull_sums = True  # the assist's bonus gets the pull's estimate too
+    uses_signal_fraction = True  # the assist's bonus gets the signal fraction too
 
     def note_step_reading(self, reading):
         self.inner.note_step_reading(reading)
         self.bonus.note_step_reading(reading)
-
-    def note_pull(self, cov, var, count=None):
-        self.inner.note_pull(cov, var, count)
-        self.bonus.note_pull(cov, var, count)
 
     def note_signal(self, fraction):
         self.inner.note_signal(fraction)
@@ -435,7 +420,7 @@ class AssistedControl:
     def metrics(self):
         out = dict(self.inner.metrics())
         out.update({"assist_active": float(self.active), "entropy_coef": self.bonus.value})
-        out.update(_pull_metrics(self.bonus))
+        out.update(_signal_metrics(self.bonus))
         return out
 
     def state_dict(self):

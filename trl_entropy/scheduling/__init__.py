@@ -11,7 +11,6 @@ from .measurement import (
     entropy_sums,
     generation_batch_entropy,
     global_token_mean,
-    pull_coefficient,
     signal_token_count,
 )
 from .schedules import (
@@ -47,6 +46,5 @@ __all__ = [
     "entropy_sums",
     "generation_batch_entropy",
     "global_token_mean",
-    "pull_coefficient",
     "signal_token_count",
 ]

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from .measurement import pull_coefficient
-
 __all__ = ["AuthorityEstimator", "EntropyBonusController"]
 
 
@@ -156,17 +154,14 @@ class EntropyBonusController:
        within ``+-2 * max(c_max, -c_min)`` (``compensation_clip="symmetric"``, the default) or within twice each
        bound (``"bounds"``).
 
-    The trainer also feeds :meth:`note_pull` (the policy gradient's pull on entropy, logged as
-    :attr:`pull_coefficient` and :attr:`varentropy`) and :meth:`note_signal` (the share of tokens with a non-zero
-    advantage, logged); neither acts on the law. What each part's choice was measured against is in
-    ``docs/benchmarks.md``.
+    The trainer also feeds :meth:`note_signal` (the share of tokens with a non-zero advantage, logged); it does not
+    act on the law. What each part's choice was measured against is in ``docs/benchmarks.md``.
 
     Before the first update the coefficient is ``initial`` (0: no bonus until a measurement). Non-finite
     measurements or targets are skipped (counted in ``skipped``) and leave every state unchanged.
     """
 
     COMPENSATION_CLIPS = ("symmetric", "bounds")  # how far the applied coefficient may go (step 6)
-    PULL_SMOOTHING = 0.3  # weight of the newest step in the running pull sums (note_pull)
     SIGNAL_SMOOTHING = 0.1  # weight of the newest step in the running signal fraction
     BOUND_GROWTH = 1.5  # factor by which a bound grows after `bound_patience` steps of being pushed past
     NOISE_SMOOTHING = 0.1  # weight of the newest squared innovation in the running noise estimate
@@ -206,9 +201,6 @@ class EntropyBonusController:
         self.pushed = 0  # consecutive updates whose output was clipped at a bound with the error pushing further
         self.horizon = float(horizon)
         self.level_smoothing, self.trend_smoothing = float(level_smoothing), float(trend_smoothing)
-        self.pull_cov: float | None = None  # smoothed sums of entropy_pull_sums (note_pull)
-        self.pull_var: float | None = None
-        self.pull_count: float | None = None  # smoothed token count of the sums (their means: Var / count)
         self.signal: float | None = None  # the smoothed signal fraction (note_signal), None before any
         self.value = float(initial)
         self.integral = float(initial)
@@ -245,14 +237,6 @@ class EntropyBonusController:
         if not self.adapt_gain:
             return 1.0
         return min(self.authority.gain_scale, self.noise_cap) * self.boost
-
-    @property
-    def varentropy(self) -> float | None:
-        """The token mean of ``(log p + H)^2`` (the smoothed pull sums), an estimate of the policy's varentropy
-        ``Var_{a~pi}(log pi(a))``; ``None`` before a pull with its token count. Logged, not acted on."""
-        if self.pull_var is None or not self.pull_count:
-            return None
-        return self.pull_var / self.pull_count
 
     @property
     def noise(self) -> float:
@@ -335,23 +319,6 @@ class EntropyBonusController:
         ahead = target + max(self.horizon, 1.0) * slope
         return max(min(2.0 * target, max(0.5 * target, ahead)), 1e-6)
 
-    def note_pull(self, cov: float, var: float, count: float | None = None) -> None:
-        """The step's two pull sums (:func:`~trl_entropy.scheduling.measurement.entropy_pull_sums`, global): each
-        is smoothed (weight ``PULL_SMOOTHING`` on the newest), and their ratio is :attr:`pull_coefficient`.
-        Non-finite values or a ``var`` that is not positive are ignored."""
-        if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
-            return
-        counted = count is not None and math.isfinite(count) and count > 0
-        if self.pull_cov is None or self.pull_var is None:
-            self.pull_cov, self.pull_var = float(cov), float(var)
-            self.pull_count = float(count) if counted else None
-            return
-        w = self.PULL_SMOOTHING
-        self.pull_cov = (1.0 - w) * self.pull_cov + w * float(cov)
-        self.pull_var = (1.0 - w) * self.pull_var + w * float(var)
-        if counted:
-            self.pull_count = float(count) if self.pull_count is None else (1.0 - w) * self.pull_count + w * count
-
     def note_signal(self, fraction: float) -> None:
         """The step's signal fraction (global): the share of its tokens with a non-zero advantage
         (:func:`~trl_entropy.scheduling.measurement.signal_token_count`), smoothed (weight ``SIGNAL_SMOOTHING`` on
@@ -361,14 +328,6 @@ class EntropyBonusController:
             return
         w = self.SIGNAL_SMOOTHING
         self.signal = float(fraction) if self.signal is None else (1.0 - w) * self.signal + w * float(fraction)
-
-    @property
-    def pull_coefficient(self) -> float | None:
-        """The coefficient that balances the policy gradient's pull on entropy, estimated from the smoothed sums of
-        :meth:`note_pull` (``cov / var``); ``None`` before any."""
-        if self.pull_cov is None or self.pull_var is None:
-            return None
-        return pull_coefficient(self.pull_cov, self.pull_var)
 
     def _pushes_past_a_bound(self, error: float, low: float) -> bool:
         """Whether the law's unclipped output sits at a bound (``c_max``, or ``low``) with ``error`` asking to go
@@ -491,9 +450,6 @@ class EntropyBonusController:
             "noise_var": self.noise_var,
             "moment_steps": self.moment_steps,
             "law": self.law,
-            "pull_cov": self.pull_cov,
-            "pull_var": self.pull_var,
-            "pull_count": self.pull_count,
             "signal": self.signal,
             "boost": self.boost,
             "error_sign": self.error_sign,
@@ -508,7 +464,8 @@ class EntropyBonusController:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output. Keys this version does not know (the state of variants removed
-        after the ``pre-law-cut`` tag, such as ``pull_term``) are ignored; missing ones take their fresh value."""
+        after the ``pre-law-cut`` tag, such as ``pull_term``, and the logged pull estimate's ``pull_cov``,
+        ``pull_var`` and ``pull_count``) are ignored; missing ones take their fresh value."""
         self.value = float(state["value"])
         self.integral = float(state["integral"])
         self.level = None if state.get("level") is None else float(state["level"])
@@ -526,9 +483,6 @@ class EntropyBonusController:
         self.noise_var = float(state.get("noise_var", self.noise_reference**2))
         self.moment_steps = int(state.get("moment_steps", max(1, self.steps + 1)))
         self.law = float(state.get("law", self.value))
-        self.pull_cov = None if state.get("pull_cov") is None else float(state["pull_cov"])
-        self.pull_var = None if state.get("pull_var") is None else float(state["pull_var"])
-        self.pull_count = None if state.get("pull_count") is None else float(state["pull_count"])
         self.signal = None if state.get("signal") is None else float(state["signal"])
         self.boost = float(state.get("boost", 1.0))
         self.error_sign = int(state.get("error_sign", 0))

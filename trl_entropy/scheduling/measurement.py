@@ -21,8 +21,7 @@ import math
 import torch
 
 __all__ = ["entropy_sums", "generation_batch_entropy", "global_mean_and_error", "global_token_mean",
-           "measurement_standard_error", "pool_estimates", "pull_coefficient", "sequence_spread_sums",
-           "signal_token_count"]
+           "measurement_standard_error", "pool_estimates", "sequence_spread_sums", "signal_token_count"]
 
 
 def entropy_sums(entropies: torch.Tensor, mask: torch.Tensor, generation: torch.Tensor | None = None) -> torch.Tensor:
@@ -123,13 +122,3 @@ def signal_token_count(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Te
     if adv.dim() == 1:
         adv = adv.unsqueeze(1)
     return (m * (adv != 0).to(torch.float32)).sum()
-
-
-def pull_coefficient(cov: float, var: float) -> float | None:
-    """The entropy coefficient that balances the policy gradient's pull on entropy, ``cov / var``: the token sums of
-    ``(log p + H) * A`` and ``(log p + H)^2`` (Cui et al. 2025's entropy dynamics, first order; the feedback bonus's
-    controller keeps its smoothed sums, ``EntropyBonusController.note_pull``). ``None`` when ``var`` is not positive
-    or a value is not finite."""
-    if not (math.isfinite(cov) and math.isfinite(var) and var > 0):
-        return None
-    return cov / var

@@ -448,7 +448,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
                 mask = inputs.get("ec_entropy_mask")
                 mask = loss_mask(inputs) if mask is None else mask
                 signal = None
-                if getattr(control, "uses_pull_sums", False):  # the control is told the step's signal fraction
+                if getattr(control, "uses_signal_fraction", False):  # the control is told the step's signal fraction
                     signal = torch.stack([signal_token_count(inputs["advantages"], mask), mask.float().sum()])
                 self._accumulate_entropy(entropies, mask, inputs.get("ec_generation_entropies"), signal,
                                          solved=inputs.get("ec_group_solved"))
@@ -533,7 +533,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
                 log_metric(self, METRIC_PREFIX + "relative_tracking_error", abs(measured - target) / max(target, 1e-8))
         if batch_estimate is not None:
             control.note_step_reading(measured)  # e.g. the bonus's noise cap reads the step's own noise
-        if getattr(control, "uses_pull_sums", False):
+        if getattr(control, "uses_signal_fraction", False):
             control.note_signal(self._ec_signal)  # the same global fraction on every rank
         control.observe(acted_on, target)
         for key, value in control.metrics().items():
