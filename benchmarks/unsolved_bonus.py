@@ -84,8 +84,10 @@ class UnsolvedBonusTrainer(GRPOEntropyTrainer):
         self._ub_rewards = rewards.detach()
         return rewards
 
-    def _resolve_initial_entropy(self, output) -> None:
-        if not self._ub_defer_initial:  # inside TRL's generation the gate is not known yet: resolved after it
+    def _resolve_initial_entropy(self, output, inputs=None) -> None:
+        # inside TRL's generation the gate is not known yet: resolved after it, on the gated batch alone (no rounds
+        # aside: they would measure every group, not the unsolved ones)
+        if not self._ub_defer_initial:
             super()._resolve_initial_entropy(output)
 
     def _generate_and_score_completions(self, inputs):
