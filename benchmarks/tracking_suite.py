@@ -338,22 +338,29 @@ def cell_summary(cell: Cell, rows: list[dict]) -> dict:
             "met": mean["err"] <= goal and mean["out"] <= 0.10}
 
 
-def table(results: dict, law: str, cells=CELLS) -> str:
-    lines = ["| cell | seeds | err (mean ± sd) | noise floor | goal | beyond ±30% | saturated at | met |",
-             "|---|---|---|---|---|---|---|---|"]
+def table(results: dict, law: str, cells=CELLS, baseline: str | None = None) -> str:
+    """The suite's table for the runs of ``law``; with ``baseline`` (another law id), its mean error beside."""
+    extra = " baseline err | " if baseline else ""
+    lines = [f"| cell | seeds |{extra} err (mean ± sd) | noise floor | goal | beyond ±30% | saturated at | met |",
+             "|---|---|---|---|---|---|---|---|" + ("---|" if baseline else "")]
     drift = {}
     for cell in cells:
         rows = [results[k] for k in (run_key(cell, s, law) for s in SEEDS) if k in results]
         if not rows:
+            lines.append(f"| {cell.name} | 0 |{' | ' if baseline else ''} not run | | | | | |")
             continue
         summary = cell_summary(cell, rows)
         if cell.method == "none":
             drift[(cell.testbed, cell.task)] = summary["drift"]
-            lines.append(f"| {cell.name} | {len(rows)} | plain GRPO: final/initial entropy {summary['drift']:.2f} "
-                         "| | | | | |")
+            lines.append(f"| {cell.name} | {len(rows)} |{' | ' if baseline else ''} plain GRPO: final/initial "
+                         f"entropy {summary['drift']:.2f} | | | | | |")
             continue
         sat = "–" if summary["sat"] is None else str(summary["sat"])
-        lines.append(f"| {cell.name} | {len(rows)} | {summary['err']:.3f} ± {summary['sd']:.3f} | "
+        before = ""
+        if baseline:
+            old = [results[k] for k in (run_key(cell, s, baseline) for s in SEEDS) if k in results]
+            before = f" {cell_summary(cell, old)['err']:.3f} |" if len(old) == len(SEEDS) else " not run |"
+        lines.append(f"| {cell.name} | {len(rows)} |{before} {summary['err']:.3f} ± {summary['sd']:.3f} | "
                      f"{summary['floor']:.3f} | {summary['goal']:.2f} | {summary['out']:.2f} | {sat} | "
                      f"{'yes' if summary['met'] else '**no**'} |")
     return "\n".join(lines)
@@ -400,6 +407,7 @@ def main(argv=None) -> None:
     parser.add_argument("--testbed", choices=["tiny", "smollm2"], default=None)
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--law", default=None, help="the law id to report (default: this checkout's)")
+    parser.add_argument("--baseline", default=None, help="another law id whose mean error is shown beside")
     parser.add_argument("--cached_only", action="store_true")
     parser.add_argument("--plot", default=None, help="write the grid picture here")
     args = parser.parse_args(argv)
@@ -421,7 +429,10 @@ def main(argv=None) -> None:
                                                               for k, v in s.items()) + f" ({row['seconds']} s)",
                       flush=True)
     print(f"law {law}")
-    print(table(results, law, cells))
+    print(table(results, law, cells, args.baseline))
+    summaries = [cell_summary(c, rows) for c in cells if c.method != "none"
+                 for rows in [[results[k] for k in (run_key(c, s, law) for s in SEEDS) if k in results]] if rows]
+    print(f"goal met on {sum(s['met'] for s in summaries)} of {len(summaries)} controlled cells run")
     if args.plot:
         plot(results, law, args.plot, cells)
 
