@@ -285,13 +285,12 @@ def _ma(values, window):
     return moving_average(values, window)
 
 
-def out_of_band(measured, target, band: float = 0.3, skip_fraction: float = 0.2) -> float:
-    """The share of the steps after the first ``skip_fraction`` whose MA5 entropy lies beyond +-``band`` of the
-    MA5 target."""
-    m, t = _ma(measured, 5), _ma(target, 5)
-    start = int(len(m) * skip_fraction)
-    pairs = [(a, b) for a, b in zip(m[start:], t[start:]) if a is not None and b]
-    return sum(abs(a - b) > band * b for a, b in pairs) / len(pairs) if pairs else math.nan
+def out_of_band(measured, target) -> float:
+    """The share of the steps beyond +-30% of the target: the model card's number
+    (:func:`trl_entropy.metrics.out_of_band_share`, one definition for both)."""
+    from trl_entropy.metrics import out_of_band_share
+
+    return out_of_band_share(measured, target)
 
 
 def noise_floor(se, target, window: int = 10, skip_fraction: float = 0.2) -> float:

@@ -189,25 +189,6 @@ def test_out_of_band_share_by_hand():
     assert "MA5" in OUT_OF_BAND_DEFINITION
 
 
-def test_out_of_band_share_is_the_tracking_suite_s_column():
-    import os
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from benchmarks import tracking_suite
-
-    from trl_entropy.metrics import out_of_band_share
-
-    rng = random.Random(0)
-    for n in (5, 37, 100):
-        target = [1.0 - 0.4 * s / n for s in range(n)]
-        measured = [t * (1 + 0.4 * rng.gauss(0, 1)) for t in target]
-        measured[n // 2] = None
-        assert out_of_band_share(measured, target) == tracking_suite.out_of_band(measured, target)
-
-
 def test_logged_tracking_reads_the_steps_that_followed_a_target():
     """The card's and entropy_curves.png's figures from a log history: only rows where the control followed a target,
     the moving averages in rows spanning about 10 and 5 steps when the log is every 2 steps."""
