@@ -90,6 +90,9 @@ VARIANT_TRAINERS = {"bonus_wsd03_unsolved": ("benchmarks.unsolved_bonus", "Unsol
                     "bonus_wsd03_unsolved_pos": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer"),
                     "bonus_wsd03_unsolved_pos_gb": ("benchmarks.unsolved_bonus", "UnsolvedBonusTrainer")}
 RECOMMENDED = "bonus_wsd03"
+# The trainer's answer metrics (docs/metrics.md, "Answer diversity") that train_method(log_answers=True) keeps.
+LOGGED_ANSWER_METRICS = ("distinct_answers", "distinct_answers_solved", "distinct_answers_unsolved", "answer_entropy",
+                         "answer_entropy_solved", "answer_entropy_unsolved", "solved_groups")
 
 
 def _has_carry(prompt: str) -> bool:
@@ -169,10 +172,13 @@ def final_evaluation(model, tokenizer, problems, max_new_tokens: int, seed: int 
 
 
 def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_problems: list, curve_samples: int,
-                 workdir: str, overrides=None, extract=None):
+                 workdir: str, overrides=None, extract=None, log_answers: bool = False):
     """Train ``method`` with ``seed`` on the testbed ``tb`` (its GRPO settings, off-policy, ``overrides`` on top,
     then the method's own), taking held-out pass@1 and pass@16 on ``curve_problems`` every ``eval_every`` steps.
-    Returns ``(trained model, record fields)``: entropy, target, reward, curve, distinct answers, tracking error."""
+    Returns ``(trained model, record fields)``: entropy, target, reward, curve, distinct answers, tracking error.
+    ``log_answers``: train with GRPOEntropyTrainer even without a control (plain GRPO's training is the same), with
+    the testbed's answer extractor, and add ``logged``: the trainer's answer metrics from its log history (issue 64's
+    check, ``benchmarks/diversity_check.py``)."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -185,6 +191,9 @@ def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_
     kwargs = tb.grpo_config_kwargs(output_dir=os.path.join(workdir, f"{method}-{seed}"), max_steps=steps,
                                    seed=seed, steps_per_generation=4, disable_tqdm=True, **(overrides or {}))
     kwargs.update(method_overrides)
+    if log_answers:
+        ours = True
+        kwargs["answer_extractor"] = tb.answer_extractor
     args = (GRPOEntropyConfig if ours else GRPOConfig)(**kwargs)
     reward = _AnswerDiversity(tb.reward, kwargs["num_generations"], extract)
     trainer_class = GRPOEntropyTrainer if ours else GRPOTrainer
@@ -212,6 +221,10 @@ def train_method(tb, method: str, seed: int, steps: int, eval_every: int, curve_
                "pass@16": [h["eval/pass@16"] for h in evals]},
         distinct_answers=reward.distinct,
     )
+    if log_answers:  # per generation batch: the optimizer step it was logged at, and each answer metric there
+        logged = [h for h in hist if "entropy_control/distinct_answers" in h]
+        record["logged"] = {"step": [h["step"] for h in logged],
+                            **{k: [h.get("entropy_control/" + k) for h in logged] for k in LOGGED_ANSWER_METRICS}}
     if hasattr(trainer, "unsolved_fraction"):  # study 5's variant: what it measured is the unsolved groups' entropy
         # None on a step without a reading of its own (it repeated the last one: held_reading)
         record["entropy"] = [None if h.get("entropy_control/held_reading") else h.get("entropy_control/measured")

@@ -628,3 +628,31 @@ def test_payoff_runs_record_the_code_that_made_them_and_a_run_from_other_code_is
     line = made_with_line(read_rows(path))
     assert f"trl-entropy {__version__} at " in line
     assert "an unrecorded version (cached before runs recorded it): 1" in line
+
+
+def test_diversity_check_reads_the_logged_series_on_the_study_windows_and_pairs_by_seed():
+    """Issue 64's check (benchmarks/diversity_check.py) on made-up series: a logged run equal to the study's run of
+    its seed differs by 0, batch i of the study's series is the batch logged at step 4i + 1, and a mean outside the
+    combined standard error says no."""
+    from benchmarks import diversity_check as dc
+
+    steps = [4 * i + 1 for i in range(250)]
+
+    def study(method, seed, hold, end):  # 250 generation batches: hold up to step 700, then the end value
+        d = [hold if s <= 900 else end for s in steps]
+        return {"method": method, "seed": seed, "steps": 1000, "distinct_answers": d}
+
+    def logged(rec, shift=0.0):
+        d = [x + shift for x in rec["distinct_answers"]]
+        return {"method": rec["method"], "seed": rec["seed"], "steps": 1000, "wrapper_max_abs_diff": 0.0,
+                "logged": {"step": steps, "distinct_answers": d, **{k: [1.0] * 250 for k in (
+                    "distinct_answers_solved", "distinct_answers_unsolved", "answer_entropy", "solved_groups")}}}
+
+    theirs = [study("grpo", s, 2.0 + 0.01 * s, 1.5 + 0.01 * s) for s in range(4)]
+    theirs += [study("bonus_wsd03", s, 5.0 + 0.01 * s, 3.3) for s in range(4)]
+    assert dc.study_value(theirs[0], (901, 1000)) == 1.5 and dc.study_value(theirs[0], (101, 700)) == 2.0
+    assert dc.window_mean([1.0, None, 3.0], [1, 5, 9], (1, 9)) == 2.0  # a batch without the split is left out
+    mine = [logged(r) for r in theirs[:3]] + [logged(r, shift=1.0) for r in theirs[4:7]]
+    table = dc.report(mine, theirs)
+    assert "| plain GRPO | end, steps 901-1000 | 1.52 ± 0.01 (4) | 1.51 ± 0.01 (3) | +0.00 ± 0.00 (3) | yes |" in table
+    assert "| +1.00 ± 0.00 (3) | no |" in table  # the recipe's logs shifted by one answer
