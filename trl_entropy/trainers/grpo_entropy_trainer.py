@@ -75,8 +75,8 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
     """GRPO with a schedulable policy entropy. Takes the same arguments as `trl.GRPOTrainer`.
 
     With `args.entropy_control="none"` it trains exactly as `GRPOTrainer` (same losses and weights for the same
-    seed); it only adds the `entropy_control/measured` metric. With a control, it also logs, each optimizer step,
-    `entropy_control/target`, `entropy_control/measured` and the control's knob (e.g. `entropy_control/epsilon_high`);
+    seed); it only adds metrics (`entropy_control/measured`, its error, the answers' diversity). With a control it
+    logs each step `entropy_control/target`, `entropy_control/measured`, the knob (e.g. `entropy_control/epsilon_high`);
     for a control that follows the target, also `entropy_control/tracking_error` (measured − target) and
     `entropy_control/relative_tracking_error` (a control that ignores the target, e.g. `clip_cov`, logs the target
     for reference only).
@@ -219,7 +219,7 @@ class GRPOEntropyTrainer(AnswerDiversityMixin, FaultHandlingMixin, GRPOTrainer):
         self._ec_scoring_entropies = captured
         if entropy is None:
             warnings.warn(f"Step {self.state.global_step}: the initial entropy could not be measured on this "
-                          "generation batch (no completion tokens, or not finite); the schedule waits for the next one.",
+                          "generation batch (no completion tokens, or not finite); the schedule waits for the next.",
                           RuntimeWarning, stacklevel=2)
             return
         entropy, self.initial_entropy_se, rounds = precise_initial_entropy(self, inputs, entropy, *self._ec_rollout_se)
